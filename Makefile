@@ -1,0 +1,25 @@
+# The README's two commands. Both install into a local virtual environment first.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-stamp
+ARGS ?=
+
+.PHONY: serve test install clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+serve: install
+	$(BIN)/cddlm portal serve $(ARGS)
+
+test: install
+	$(BIN)/python -m pytest $(ARGS)
+
+clean:
+	rm -rf $(VENV) cddlm-state .pytest_cache

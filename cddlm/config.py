@@ -1,0 +1,60 @@
+"""Settings: one frozen object built by the composition root and passed in, never global."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+
+MiB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on untrusted input; each one refuses early with a clear fault."""
+
+    max_body_bytes: int = 10 * MiB          # a SOAP request body
+    max_xml_depth: int = 256                # element nesting in any XML the portal parses
+    max_components: int = 20_000            # components in one resolved descriptor
+    max_resolved_nodes: int = 2_000_000     # nodes a CDL document may expand to
+    max_descriptor_depth: int = 64          # component tree depth
+    max_properties: int = 10_000            # deploy-time properties on one initialize
+
+
+@dataclass(frozen=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    state_dir: str = "./cddlm-state"
+    db_url: str | None = None               # default: sqlite file under state_dir
+    datacenter_file: str | None = None
+    public_url: str | None = None           # base URL in EPRs when behind a proxy
+    server_threads: int = 8                 # HTTP worker threads
+    limits: Limits = field(default_factory=Limits)
+    # enactment
+    engine_workers: int = 4
+    lease_seconds: float = 30.0
+    liveness_interval: float = 2.0
+    stop_grace_seconds: float = 5.0
+    # descriptors
+    import_path: tuple[str, ...] = ()        # folders searched for classpath:/ and library imports
+    allowed_import_prefixes: tuple[str, ...] = ()   # network locations a descriptor may import
+    # notification delivery
+    delivery_workers: int = 4
+    delivery_timeout: float = 5.0
+    delivery_retry_horizon: float = 3600.0   # seconds of retrying before a subscription fails
+    delivery_backoff_initial: float = 0.5
+    delivery_backoff_max: float = 30.0
+    delivery_max_response_bytes: int = 64 * 1024
+    consumer_networks: tuple[str, ...] = ("127.0.0.0/8", "::1/128", "10.0.0.0/8",
+                                          "172.16.0.0/12", "192.168.0.0/16")
+    default_subscription_seconds: float = 24 * 3600.0
+
+    @property
+    def database_url(self) -> str:
+        if self.db_url:
+            return self.db_url
+        return "sqlite:///" + os.path.abspath(os.path.join(self.state_dir, "portal.db"))
+
+    def replace(self, **changes) -> "Settings":
+        return dataclasses.replace(self, **changes)

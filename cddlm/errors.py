@@ -1,0 +1,175 @@
+"""The portal's exception tree. Domain code raises these; only ``portal/faults.py`` turns them
+into SOAP faults and only ``cli.py`` into exit codes. Foreign exceptions (lxml, SQLAlchemy,
+zeep, OSError) are translated where they are caught and never leak upward.
+
+    CddlmError
+    ├── ClientError                      the caller's mistake (soapenv:Client)
+    │   ├── BadArgument                  malformed, missing, contradictory, duplicate input
+    │   │   └── RequestTooLarge          a body over the configured limit
+    │   ├── NotUnderstood                a mustUnderstand option not understood
+    │   ├── UnsupportedLanguage          unknown language URI or version
+    │   ├── DescriptorError              a descriptor that does not parse or validate
+    │   ├── ResolutionError              a reference or property that cannot be resolved
+    │   ├── PlacementError               no placement satisfies the hard policies
+    │   ├── WrongState                   operation not allowed in the current state
+    │   ├── NoSuchApplication            lookup / rebind of an unknown application
+    │   ├── ResourceUnknown              an EPR that names no live resource
+    │   ├── InvalidPropertyQName         unknown or unresolvable resource property QName
+    │   ├── QueryError                   WS-RP QueryResourceProperties problems
+    │   │   ├── UnknownQueryDialect
+    │   │   ├── InvalidQueryExpression
+    │   │   └── QueryEvaluationError
+    │   ├── UnableToSetTerminationTime
+    │   └── NotificationError            WS-BaseNotification faults (``fault`` names the wsnt element)
+    └── ServerError                      the portal's own failure (soapenv:Server)
+        ├── DeploymentFailed             enactment failed synchronously
+        ├── RemoteFault                  a fault relayed from a delegate portal
+        └── StoreUnavailable             the database cannot be reached or is locked
+"""
+
+from __future__ import annotations
+
+
+class CddlmError(Exception):
+    """Base of every error the portal raises on purpose."""
+
+    def __init__(self, message: str):
+        super().__init__(message)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class ClientError(CddlmError):
+    """The request was wrong; repeating it unchanged fails again."""
+
+
+class ServerError(CddlmError):
+    """The portal failed; the request may succeed later."""
+
+
+class BadArgument(ClientError):
+    pass
+
+
+class RequestTooLarge(BadArgument):
+    def __init__(self, size: int | None, limit: int):
+        what = "of %d bytes " % size if size is not None else ""
+        super().__init__("request body %sexceeds the limit of %d bytes" % (what, limit))
+        self.size = size
+        self.limit = limit
+
+
+class NotUnderstood(ClientError):
+    def __init__(self, option: str):
+        super().__init__("option %s is marked mustUnderstand but is not understood" % option)
+        self.option = option
+
+
+class UnsupportedLanguage(ClientError):
+    def __init__(self, language: str, detail: str = ""):
+        super().__init__(detail or "unsupported descriptor language %r" % language)
+        self.language = language
+
+
+class _Located(ClientError):
+    """An error at a place in a descriptor: file, line and a path (element or reference path)."""
+
+    def __init__(self, message: str, *, kind: str = "", file: str | None = None,
+                 line: int | None = None, path: str | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.file = file
+        self.line = line
+        self.path = path
+
+    def located(self) -> str:
+        """``kind: file:line: path: message`` with the parts that are known."""
+        where = ""
+        if self.file:
+            where = self.file + (":%d" % self.line if self.line else "")
+        elif self.line:
+            where = "line %d" % self.line
+        parts = [p for p in (self.kind, where, self.path) if p]
+        return ": ".join(parts + [self.message])
+
+    def __str__(self) -> str:
+        return self.located()
+
+
+class DescriptorError(_Located):
+    pass
+
+
+class ResolutionError(_Located):
+    pass
+
+
+class PlacementError(ClientError):
+    def __init__(self, message: str, conflicts: list[str] | None = None):
+        super().__init__(message)
+        self.conflicts = list(conflicts or [])
+
+
+class WrongState(ClientError):
+    def __init__(self, state: str, operation: str):
+        super().__init__("operation %s is not allowed in state %s" % (operation, state))
+        self.state = state
+        self.operation = operation
+
+
+class NoSuchApplication(ClientError):
+    pass
+
+
+class ResourceUnknown(ClientError):
+    pass
+
+
+class InvalidPropertyQName(ClientError):
+    pass
+
+
+class QueryError(ClientError):
+    pass
+
+
+class UnknownQueryDialect(QueryError):
+    pass
+
+
+class InvalidQueryExpression(QueryError):
+    pass
+
+
+class QueryEvaluationError(QueryError):
+    pass
+
+
+class UnableToSetTerminationTime(ClientError):
+    pass
+
+
+class NotificationError(ClientError):
+    """A WS-BaseNotification fault; ``fault`` is the local name of the wsnt fault element."""
+
+    def __init__(self, fault: str, message: str):
+        super().__init__(message)
+        self.fault = fault
+
+
+class DeploymentFailed(ServerError):
+    pass
+
+
+class RemoteFault(ServerError):
+    """A fault relayed from another portal; ``cause`` is the original fault detail (XML text)."""
+
+    def __init__(self, message: str, cause: str | None = None):
+        super().__init__(message)
+        self.cause = cause
+
+
+class StoreUnavailable(ServerError):
+    pass

@@ -1,0 +1,184 @@
+"""The language-neutral component tree every descriptor language resolves to.
+
+A ``Deployment`` is what ``initialize`` deploys: a forest of ``Component``s (each with a type
+from the component library, attribute values and children), plus the placement ``Group``s and
+``Policy``s the descriptor states. Values are plain data (str, int, float, bool, list, dict)
+or ``Lazy`` markers that are resolved on the host that runs the component, at deployment.
+
+Paths: a component is addressed by the names from a root, joined by ``/`` (``site/web``);
+an attribute or runtime value by the component path plus its name (``site/web/port``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Union
+
+NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
+
+
+@dataclass(frozen=True)
+class Lazy:
+    """A value resolved on the host at deployment.
+
+    kind ``property``: a deploy-time property or a host fact (``host.name``, ``local.hostname``,
+    ``component.workdir`` ...); kind ``ref``: an absolute path to another component's attribute or
+    runtime value (``db/port``, ``web/pid``). ``integer`` asks for an integer (IPROPERTY).
+    """
+
+    kind: str
+    target: str
+    default: Any = None
+    integer: bool = False
+
+    def to_json(self) -> dict:
+        d = {"$lazy": self.kind, "target": self.target}
+        if self.default is not None:
+            d["default"] = self.default
+        if self.integer:
+            d["integer"] = True
+        return d
+
+
+Value = Union[str, int, float, bool, list, dict, Lazy, None]
+
+
+@dataclass
+class Component:
+    name: str
+    type: str
+    attributes: dict[str, Value] = field(default_factory=dict)
+    children: list["Component"] = field(default_factory=list)
+    source: str | None = None  # "file:line" where it was declared, for messages
+
+    def child(self, name: str) -> "Component | None":
+        for c in self.children:
+            if c.name == name:
+                return c
+        return None
+
+
+@dataclass
+class Group:
+    name: str
+    members: list[str]  # component paths or names of other groups
+    source: str | None = None
+
+
+@dataclass
+class Policy:
+    """One placement policy (CONTRACT section 10): ``type``, ``hard``, ``weight`` and its
+    parameters (``level``, ``scope``, ``group``, ``between``, ``l1``, ``l2``, ``n``, ``hops``,
+    ``mbps``, ``catalog``, ``product``, ``identifier``, ``groups``, ``required``, ``forbidden``)."""
+
+    type: str
+    hard: bool = True
+    weight: float = 1.0
+    params: dict[str, Any] = field(default_factory=dict)
+    name: str | None = None
+    source: str | None = None
+
+    def to_json(self) -> dict:
+        d = {"type": self.type, "hard": self.hard}
+        if not self.hard:
+            d["weight"] = self.weight
+        if self.name:
+            d["name"] = self.name
+        d.update(self.params)
+        return d
+
+
+@dataclass
+class Deployment:
+    components: list[Component] = field(default_factory=list)
+    groups: list[Group] = field(default_factory=list)
+    policies: list[Policy] = field(default_factory=list)
+
+    def walk(self) -> Iterator[tuple[str, Component]]:
+        """Every component with its path, parents before children, in document order."""
+        stack = [(c.name, c) for c in reversed(self.components)]
+        while stack:
+            path, comp = stack.pop()
+            yield path, comp
+            stack.extend((path + "/" + c.name, c) for c in reversed(comp.children))
+
+    def find(self, path: str) -> Component | None:
+        parts = [p for p in path.strip("/").split("/") if p]
+        level = self.components
+        found = None
+        for part in parts:
+            found = next((c for c in level if c.name == part), None)
+            if found is None:
+                return None
+            level = found.children
+        return found
+
+    def count(self) -> int:
+        return sum(1 for _ in self.walk())
+
+    # -- JSON form, used by the store and by ``cddlm lang resolve --format native`` ------------
+    def to_json(self) -> dict:
+        return {
+            "components": [_component_to_json(c) for c in self.components],
+            "groups": [{"name": g.name, "members": list(g.members)} for g in self.groups],
+            "policies": [p.to_json() for p in self.policies],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Deployment":
+        groups = [Group(g["name"], list(g["members"])) for g in data.get("groups", [])]
+        policies = []
+        for p in data.get("policies", []):
+            p = dict(p)
+            policies.append(Policy(type=p.pop("type"), hard=p.pop("hard", True),
+                                   weight=p.pop("weight", 1.0), name=p.pop("name", None),
+                                   params=p))
+        return cls([_component_from_json(c) for c in data.get("components", [])], groups, policies)
+
+
+def value_to_json(v: Value) -> Any:
+    if isinstance(v, Lazy):
+        return v.to_json()
+    if isinstance(v, list):
+        return [value_to_json(x) for x in v]
+    if isinstance(v, dict):
+        return {k: value_to_json(x) for k, x in v.items()}
+    return v
+
+
+def value_from_json(v: Any) -> Value:
+    if isinstance(v, dict):
+        if "$lazy" in v:
+            return Lazy(v["$lazy"], v["target"], v.get("default"), bool(v.get("integer", False)))
+        return {k: value_from_json(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [value_from_json(x) for x in v]
+    return v
+
+
+def _component_to_json(c: Component) -> dict:
+    d: dict[str, Any] = {"name": c.name, "type": c.type}
+    if c.attributes:
+        d["attributes"] = {k: value_to_json(v) for k, v in c.attributes.items()}
+    if c.children:
+        d["children"] = [_component_to_json(x) for x in c.children]
+    return d
+
+
+def _component_from_json(d: dict) -> Component:
+    return Component(
+        name=d["name"], type=d["type"],
+        attributes={k: value_from_json(v) for k, v in d.get("attributes", {}).items()},
+        children=[_component_from_json(x) for x in d.get("children", [])],
+    )
+
+
+def has_lazy(v: Value) -> bool:
+    if isinstance(v, Lazy):
+        return True
+    if isinstance(v, list):
+        return any(has_lazy(x) for x in v)
+    if isinstance(v, dict):
+        return any(has_lazy(x) for x in v.values())
+    return False

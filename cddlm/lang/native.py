@@ -1,0 +1,241 @@
+"""The native descriptor language ``urn:cddlm:lang:components:1`` (CONTRACT section 11):
+the component model itself, written as XML.
+
+    <application xmlns="urn:cddlm:lang:components:1">
+      <component name="db" type="process">
+        <attribute name="argv"><item>sleep</item><item>600</item></attribute>
+        <attribute name="env"><item name="PGPORT"><property name="db.port"/></item></attribute>
+        <attribute name="host"><property name="local.hostname" lazy="true"/></attribute>
+      </component>
+      <group name="pair"><member>db</member><member>web</member></group>
+      <policy type="anti-collocation" level="host" group="pair" hard="false" weight="2"/>
+    </application>
+
+Values: text; ``item`` children for a list (or a map when every item has ``name``);
+``property`` (a deploy-time property: eager by default, ``lazy="true"`` to resolve on the
+host, ``type="integer"``, ``default``); ``ref path="db/port"`` (another component's attribute
+or runtime value; eager references are copied at initialize, lazy ones resolved on the host).
+Policies take their parameters as attributes; list parameters (``between``, ``groups``,
+``required``, ``forbidden``) are space-separated.
+"""
+
+from __future__ import annotations
+
+from lxml import etree
+
+from cddlm import ns, xmlsafe
+from cddlm.errors import DescriptorError, ResolutionError
+from cddlm.lang.model import Component, Deployment, Group, Lazy, Policy, Value
+from cddlm.lang.registry import Resolution, ResolveRequest
+
+N = ns.NATIVE
+LIST_PARAMS = {"between", "groups", "required", "forbidden", "members"}
+NUMBER_PARAMS = {"n", "hops", "mbps"}
+
+
+class _Native:
+    uri = ns.NATIVE
+    name = "cddlm-components"
+    version = "1"
+    body = "xml"
+
+    def resolve(self, request: ResolveRequest) -> Resolution:
+        root = request.source
+        if not isinstance(root, etree._Element):
+            root = xmlsafe.parse(root, max_bytes=request.limits.max_body_bytes,
+                                 max_depth=request.limits.max_xml_depth)
+        if root.tag != ns.qname(N, "application"):
+            raise DescriptorError("the root element must be {%s}application, not %s"
+                                  % (N, root.tag), kind="wrong-root", line=root.sourceline)
+        reader = _Reader(request)
+        dep = Deployment()
+        for el in root:
+            if not isinstance(el.tag, str):
+                continue
+            local = _local(el)
+            if local == "component":
+                dep.components.append(reader.component(el))
+            elif local == "group":
+                dep.groups.append(reader.group(el))
+            elif local == "policy":
+                dep.policies.append(reader.policy(el))
+            elif local != "documentation":
+                raise _unexpected(el)
+        reader.resolve_refs(dep)
+        return Resolution(dep, etree.tostring(root, pretty_print=True).decode(),
+                          tuple(sorted(reader.used)))
+
+
+def _local(el: etree._Element) -> str:
+    q = etree.QName(el)
+    if q.namespace != N:
+        raise DescriptorError("element %s is not in the %s namespace" % (el.tag, N),
+                              kind="unexpected-element", line=el.sourceline)
+    return q.localname
+
+
+def _unexpected(el: etree._Element) -> DescriptorError:
+    return DescriptorError("unexpected element %s" % etree.QName(el).localname,
+                           kind="unexpected-element", line=el.sourceline)
+
+
+def _required(el: etree._Element, attr: str) -> str:
+    value = el.get(attr)
+    if value is None or not value.strip():
+        raise DescriptorError("<%s> needs a %s attribute" % (etree.QName(el).localname, attr),
+                              kind="missing-attribute", line=el.sourceline)
+    return value.strip()
+
+
+class _Reader:
+    def __init__(self, request: ResolveRequest):
+        self.properties = request.properties
+        self.used: set[str] = set()
+        self.eager_refs: list[tuple[Component, str, str, int]] = []  # comp, attr, path, line
+
+    def component(self, el: etree._Element, path: str = "") -> Component:
+        name = _required(el, "name")
+        comp = Component(name=name, type=_required(el, "type"),
+                         source="line %d" % el.sourceline if el.sourceline else None)
+        here = path + "/" + name if path else name
+        for child in el:
+            if not isinstance(child.tag, str):
+                continue
+            local = _local(child)
+            if local == "attribute":
+                attr = _required(child, "name")
+                if attr in comp.attributes:
+                    raise DescriptorError("duplicate attribute %s" % attr, kind="duplicate-name",
+                                          path=here, line=child.sourceline)
+                comp.attributes[attr] = self.value(child, comp, attr)
+            elif local == "component":
+                comp.children.append(self.component(child, here))
+            elif local != "documentation":
+                raise _unexpected(child)
+        return comp
+
+    def value(self, el: etree._Element, comp: Component, attr: str) -> Value:
+        kids = [c for c in el if isinstance(c.tag, str)]
+        if not kids:
+            return el.text or ""
+        if (el.text or "").strip():
+            raise DescriptorError("a value holds text or elements, not both", kind="mixed-value",
+                                  line=el.sourceline)
+        if len(kids) == 1 and _local(kids[0]) in ("property", "ref"):
+            return self.reference(kids[0], comp, attr)
+        if any(_local(k) != "item" for k in kids):
+            raise _unexpected(next(k for k in kids if _local(k) != "item"))
+        named = [k.get("name") is not None for k in kids]
+        if all(named):
+            out = {}
+            for k in kids:
+                if k.get("name") in out:
+                    raise DescriptorError("duplicate item %s" % k.get("name"), kind="duplicate-name",
+                                          line=k.sourceline)
+                out[k.get("name")] = self.value(k, comp, attr)
+            return out
+        if any(named):
+            raise DescriptorError("either every item has a name (a map) or none (a list)",
+                                  kind="mixed-value", line=el.sourceline)
+        return [self.value(k, comp, attr) for k in kids]
+
+    def reference(self, el: etree._Element, comp: Component, attr: str) -> Value:
+        lazy = (el.get("lazy") or "false").strip().lower() in ("true", "1")
+        integer = (el.get("type") or "string").strip() == "integer"
+        if _local(el) == "ref":
+            target = _required(el, "path").strip("/")
+            if lazy:
+                return Lazy("ref", target)
+            self.eager_refs.append((comp, attr, target, el.sourceline or 0))
+            return None
+        name = _required(el, "name")
+        default = el.get("default")
+        if lazy:
+            return Lazy("property", name, default, integer)
+        self.used.add(name)
+        if name in self.properties:
+            raw = self.properties[name]
+        elif default is not None:
+            raw = default
+        else:
+            raise ResolutionError("deploy-time property %s is not set" % name, kind="missing-property",
+                                  path=name, line=el.sourceline)
+        if integer:
+            try:
+                return int(str(raw).strip())
+            except ValueError:
+                raise ResolutionError("property %s must be an integer, got %r" % (name, raw),
+                                      kind="bad-property", path=name, line=el.sourceline) from None
+        return raw
+
+    def resolve_refs(self, dep: Deployment) -> None:
+        """Copy eagerly referenced attribute values; chains resolve in any order, loops fail."""
+        pending = {(id(c), a): (c, a, t, line) for c, a, t, line in self.eager_refs}
+        resolving: set[tuple[int, str]] = set()
+
+        def value_at(target: str, line: int) -> Value:
+            comp_path, _, attr = target.rpartition("/")
+            comp = dep.find(comp_path) if comp_path else None
+            if comp is None or attr not in comp.attributes:
+                raise ResolutionError("reference %s names nothing" % target, kind="dangling-reference",
+                                      path=target, line=line)
+            key = (id(comp), attr)
+            if key in pending:
+                settle(key)
+            return comp.attributes[attr]
+
+        def settle(key: tuple[int, str]) -> None:
+            comp, attr, target, line = pending[key]
+            if key in resolving:
+                raise ResolutionError("reference loop through %s" % target, kind="reference-loop",
+                                      path=target, line=line)
+            resolving.add(key)
+            comp.attributes[attr] = value_at(target, line)
+            resolving.discard(key)
+            del pending[key]
+
+        while pending:
+            settle(next(iter(pending)))
+
+    def group(self, el: etree._Element) -> Group:
+        members = []
+        for m in el:
+            if not isinstance(m.tag, str):
+                continue
+            if _local(m) != "member":
+                raise _unexpected(m)
+            members.append((m.text or "").strip().strip("/"))
+        return Group(_required(el, "name"), members, "line %d" % (el.sourceline or 0))
+
+    def policy(self, el: etree._Element) -> Policy:
+        params: dict = {}
+        hard, weight, name = True, 1.0, None
+        for key, raw in el.attrib.items():
+            if key == "type":
+                continue
+            if key == "hard":
+                hard = raw.strip().lower() in ("true", "1")
+            elif key == "weight":
+                weight = _number(raw, el, key)
+            elif key == "name":
+                name = raw
+            elif key in LIST_PARAMS:
+                params[key] = raw.split()
+            elif key in NUMBER_PARAMS:
+                params[key] = _number(raw, el, key)
+            else:
+                params[key] = raw
+        return Policy(type=_required(el, "type"), hard=hard, weight=weight, params=params, name=name,
+                      source="line %d" % (el.sourceline or 0))
+
+
+def _number(raw: str, el: etree._Element, key: str) -> float | int:
+    try:
+        f = float(raw)
+    except ValueError:
+        raise DescriptorError("policy %s must be a number, got %r" % (key, raw),
+                              kind="invalid-attribute", line=el.sourceline) from None
+    return int(f) if f.is_integer() else f
+
+
+LANGUAGE = _Native()

@@ -1,0 +1,79 @@
+"""Descriptor languages, named by URI. Each language turns a descriptor into a ``Deployment``.
+
+A language is pure: everything it needs arrives in a ``ResolveRequest``, including a ``loader``
+for imported documents (the caller decides which locations may be read). Register a language
+by adding it to ``LANGUAGES`` below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, Protocol
+
+from lxml import etree
+
+from cddlm.config import Limits
+from cddlm.errors import UnsupportedLanguage
+from cddlm.lang.model import Deployment
+
+Loader = Callable[[str], bytes]
+"""Fetch an absolute location (``file:`` URL, or an allowed prefix) and return its bytes;
+raise ``ResolutionError`` when it cannot be read or is not allowed."""
+
+
+def no_loader(location: str) -> bytes:
+    from cddlm.errors import ResolutionError
+    raise ResolutionError("imports are not available here: %s" % location, kind="import")
+
+
+@dataclass
+class ResolveRequest:
+    source: etree._Element | str | bytes   # an XML element (SOAP body) or the document's text/bytes
+    base_url: str | None = None            # the document's own location, for relative imports
+    properties: Mapping[str, str] = field(default_factory=dict)  # deploy-time properties
+    loader: Loader = no_loader
+    limits: Limits = field(default_factory=Limits)
+
+
+@dataclass
+class Resolution:
+    deployment: Deployment
+    display: str              # what ``cddlm lang resolve`` prints (CDL: the resolved cdl:system)
+    used_properties: tuple[str, ...] = ()   # eager properties the descriptor read
+
+
+class Language(Protocol):
+    uri: str
+    name: str
+    version: str
+    body: str      # "xml": the descriptor is one XML element; "text": a string
+
+    def resolve(self, request: ResolveRequest) -> Resolution: ...
+
+
+def languages() -> list[Language]:
+    """Every supported language, in the order ``api:staticInfo`` lists them."""
+    from cddlm.lang import native
+    found: list[Language] = [native.LANGUAGE]
+    try:
+        from cddlm.lang import cdl
+        found.append(cdl.LANGUAGE)
+    except ImportError:  # pragma: no cover - present once the CDL module lands
+        pass
+    try:
+        from cddlm.lang import hot
+        found.append(hot.LANGUAGE)
+    except ImportError:  # pragma: no cover
+        pass
+    return found
+
+
+def get(uri: str, version: str | None = None) -> Language:
+    for lang in languages():
+        if lang.uri == uri.strip():
+            if version and version != lang.version:
+                raise UnsupportedLanguage(uri, "language %s is supported in version %s, not %s"
+                                          % (uri, lang.version, version))
+            return lang
+    raise UnsupportedLanguage(uri, "unsupported descriptor language %r (supported: %s)"
+                              % (uri, ", ".join(l.uri for l in languages())))
