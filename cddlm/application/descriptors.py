@@ -1,0 +1,77 @@
+"""Turning a descriptor (inline, text, file or reference) into a checked ``Deployment``.
+
+The I/O around the pure languages: reading files, choosing the language, building the loader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+
+from cddlm import ns
+from cddlm.config import Limits
+from cddlm.errors import BadArgument, DescriptorError
+from cddlm.lang import library, registry
+from cddlm.application.loader import Loader
+
+EXTENSIONS = {".cdl": ns.CDL, ".xml": ns.NATIVE, ".yaml": "hot", ".yml": "hot", ".json": "hot"}
+
+
+def guess_language(path: str) -> str:
+    ext = os.path.splitext(path)[1].lower()
+    uri = EXTENSIONS.get(ext, ns.NATIVE)
+    if uri == "hot":
+        hot = [l for l in registry.languages() if l.body == "text"]
+        if not hot:
+            raise BadArgument("no language for %s files is available" % ext)
+        return hot[0].uri
+    return uri
+
+
+def resolve(source, language: str, *, base_url: str | None = None, properties=None,
+            import_path: tuple[str, ...] = (), allowed_prefixes: tuple[str, ...] = (),
+            limits: Limits | None = None) -> registry.Resolution:
+    limits = limits or Limits()
+    lang = registry.get(language)
+    request = registry.ResolveRequest(source=source, base_url=base_url,
+                                      properties=dict(properties or {}),
+                                      loader=Loader(import_path, allowed_prefixes), limits=limits)
+    result = lang.resolve(request)
+    library.check(result.deployment, max_components=limits.max_components,
+                  max_depth=limits.max_descriptor_depth)
+    return result
+
+
+def resolve_file(path: str, *, language: str | None = None, properties=None,
+                 import_path: tuple[str, ...] = ()) -> registry.Resolution:
+    try:
+        data = pathlib.Path(path).read_bytes()
+    except OSError as e:
+        raise BadArgument("cannot read %s: %s" % (path, e.strerror or e)) from None
+    language = language or guess_language(path)
+    lang = registry.get(language)
+    source = data if lang.body == "xml" else data.decode("utf-8", errors="replace")
+    try:
+        return resolve(source, language, base_url=pathlib.Path(path).resolve().as_uri(),
+                       properties=properties, import_path=import_path)
+    except DescriptorError as e:
+        if not e.file:
+            e.file = path
+        raise
+
+
+def load_data_file(path: str) -> dict:
+    """A YAML or JSON file (placement inputs, HOT templates) as plain data."""
+    import yaml
+    try:
+        text = pathlib.Path(path).read_text(encoding="utf-8")
+    except OSError as e:
+        raise BadArgument("cannot read %s: %s" % (path, e.strerror or e)) from None
+    try:
+        data = json.loads(text) if path.endswith(".json") else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as e:
+        raise BadArgument("%s is not valid %s: %s" % (path, "JSON" if path.endswith(".json") else "YAML", e)) from None
+    if not isinstance(data, dict):
+        raise BadArgument("%s must hold a mapping at the top level" % path)
+    return data
