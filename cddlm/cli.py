@@ -30,6 +30,36 @@ def _usage(message: str) -> int:
     return 2
 
 
+# -- portal ---------------------------------------------------------------------------------
+def cmd_portal_serve(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    from cddlm.app import Portal
+    from cddlm.config import Settings
+    logging.basicConfig(level=getattr(logging, args.log_level.upper()),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    settings = Settings(host=args.host, port=args.port, state_dir=args.state_dir, db_url=args.db,
+                        datacenter_file=args.datacenter, public_url=args.public_url,
+                        import_path=tuple(args.import_path or ()))
+    portal = Portal(settings)
+
+    def stop(signum, frame):
+        portal.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    portal.bind()
+
+    def ready(url: str) -> None:
+        print("portal ready at %s" % url, flush=True)
+
+    try:
+        portal.serve_forever(ready)
+    finally:
+        portal.stop()
+    return 0
+
+
 # -- lang -----------------------------------------------------------------------------------
 def cmd_lang_resolve(args: argparse.Namespace) -> int:
     from cddlm.application import descriptors
@@ -57,6 +87,22 @@ def cmd_placement_solve(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cddlm", description="CDDLM deployment portal and client")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    portal = sub.add_parser("portal", help="run a portal").add_subparsers(dest="portal_command",
+                                                                          required=True)
+    sv = portal.add_parser("serve", help="run a portal until interrupted")
+    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
+    sv.add_argument("--db", metavar="URL",
+                    help="database URL (default: SQLite under the state dir; postgresql://... to share)")
+    sv.add_argument("--state-dir", default="./cddlm-state", metavar="DIR",
+                    help="where the portal keeps its database, logs and component directories")
+    sv.add_argument("--datacenter", metavar="FILE", help="datacenter file (YAML/JSON) of hosts")
+    sv.add_argument("--public-url", metavar="URL", help="base URL to put in EPRs (behind a proxy)")
+    sv.add_argument("--import-path", action="append", metavar="DIR",
+                    help="folder searched for classpath:/ descriptor imports (repeatable)")
+    sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    sv.set_defaults(func=cmd_portal_serve)
 
     lang = sub.add_parser("lang", help="descriptor languages").add_subparsers(dest="lang_command",
                                                                                required=True)

@@ -31,9 +31,9 @@ def guess_language(path: str) -> str:
 
 def resolve(source, language: str, *, base_url: str | None = None, properties=None,
             import_path: tuple[str, ...] = (), allowed_prefixes: tuple[str, ...] = (),
-            limits: Limits | None = None) -> registry.Resolution:
+            limits: Limits | None = None, version: str | None = None) -> registry.Resolution:
     limits = limits or Limits()
-    lang = registry.get(language)
+    lang = registry.get(language, version)
     request = registry.ResolveRequest(source=source, base_url=base_url,
                                       properties=dict(properties or {}),
                                       loader=Loader(import_path, allowed_prefixes), limits=limits)

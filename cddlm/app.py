@@ -1,0 +1,145 @@
+"""The composition root: settings in, a running portal out.
+
+It wires the store (and its migrations), the hosts, the enactment engine, the use cases, the
+notification machinery, the SOAP endpoints and the scheduler (the only user of APScheduler),
+and serves them with waitress.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import urllib.request
+from typing import Callable
+
+from spyne.server.wsgi import WsgiApplication
+
+from cddlm.application.enactment.engine import Engine
+from cddlm.application.hosts import Hosts
+from cddlm.application.service import Service
+from cddlm.application.store import Store
+from cddlm.config import Settings
+from cddlm.portal import soap
+from cddlm.portal.handlers import Handlers
+from cddlm.portal.wsgi import XSD_DIR, Router
+
+log = logging.getLogger(__name__)
+SCHEMAS = ("api.xsd", "rp-2.xsd", "rl-2.xsd", "b-2.xsd")
+
+
+def load_hosts(settings: Settings) -> Hosts:
+    if not settings.datacenter_file:
+        return Hosts.default()
+    from cddlm.application.descriptors import load_data_file
+    return Hosts.from_datacenter(load_data_file(settings.datacenter_file))
+
+
+class Portal:
+    """Everything one portal process runs. ``start()`` begins enactment and scheduling;
+    ``wsgi`` is the WSGI application; ``serve()`` runs it on a real HTTP server."""
+
+    def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time):
+        self.settings = settings
+        os.makedirs(settings.state_dir, exist_ok=True)
+        self.url = settings.public_url or "http://%s:%d" % (settings.host, settings.port)
+        self.store = Store(settings.database_url)
+        self.store.migrate()
+        self.hosts = load_hosts(settings)
+        self.engine = Engine(self.store, settings, self.hosts, clock=clock, url=self.url)
+        self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)
+        self.notify = self._notifications()
+        self.handlers = Handlers(self.service, time.time(), self.notify)
+        validator = soap.Validator(XSD_DIR, SCHEMAS)
+        portal_ep, app_ep = self.handlers.endpoints()
+        endpoints = {"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep}
+        if self.notify is not None:
+            endpoints["/cddlm/subscriptions"] = self.notify.manager_endpoint()
+        apps = {mount: WsgiApplication(soap.application(ep, validator, settings.limits, self.portal_url),
+                                       max_content_length=settings.limits.max_body_bytes + 1)
+                for mount, ep in endpoints.items()}
+        self.wsgi = Router(apps, settings.limits, self.portal_url)
+        self.scheduler = None
+        self.server = None
+        self._stopped = threading.Event()
+
+    def _notifications(self):
+        try:
+            from cddlm.notify.wiring import Notifications
+        except ImportError:
+            return None
+        return Notifications(self.store, self.settings, self.service, self.engine, self.portal_url)
+
+    def portal_url(self) -> str:
+        return self.url
+
+    @property
+    def endpoint(self) -> str:
+        return self.url.rstrip("/") + "/cddlm/portal"
+
+    def start(self) -> None:
+        from apscheduler.schedulers.background import BackgroundScheduler
+        self.engine.start()
+        if self.notify is not None:
+            self.notify.start()
+        self.scheduler = BackgroundScheduler(daemon=True)
+        self.scheduler.add_job(self.engine.check_all, "interval", seconds=self.settings.liveness_interval,
+                               id="liveness", max_instances=1, coalesce=True)
+        self.scheduler.add_job(self.service.expire, "interval", seconds=1.0, id="termination-time",
+                               max_instances=1, coalesce=True)
+        if self.notify is not None:
+            self.notify.schedule(self.scheduler)
+        self.scheduler.start()
+
+    def stop(self) -> None:
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        if self.server is not None:
+            self.server.close()
+        if self.scheduler is not None:
+            self.scheduler.shutdown(wait=False)
+        if self.notify is not None:
+            self.notify.stop()
+        self.engine.stop()
+        self.store.dispose()
+
+    def bind(self):
+        """Create the HTTP server (binding the port: ``--port 0`` picks a free one)."""
+        from waitress.server import create_server
+        limit = self.settings.limits.max_body_bytes
+        self.server = create_server(self.wsgi, host=self.settings.host, port=self.settings.port,
+                                    threads=self.settings.server_threads, ident="cddlm",
+                                    max_request_body_size=4 * limit + 65536,
+                                    connection_limit=256, channel_timeout=60)
+        if not self.settings.public_url:
+            port = int(self.server.effective_port)
+            host = self.settings.host if self.settings.host not in ("0.0.0.0", "::") else "127.0.0.1"
+            self.url = "http://%s:%d" % (host if ":" not in host else "[%s]" % host, port)
+            self.engine.url = self.url
+        return self.server
+
+    def serve_forever(self, ready: Callable[[str], None] | None = None) -> None:
+        """Run until ``stop()``; call ``ready(endpoint)`` once the portal answers requests."""
+        server = self.server or self.bind()
+        self.start()
+        thread = threading.Thread(target=server.run, name="cddlm-http", daemon=True)
+        thread.start()
+        self._wait_answering()
+        if ready is not None:
+            ready(self.endpoint)
+        while not self._stopped.wait(0.5):
+            if not thread.is_alive():
+                break
+
+    def _wait_answering(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(self.endpoint + "?wsdl", timeout=2) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("the portal did not answer on %s" % self.endpoint)

@@ -1,0 +1,405 @@
+"""The enactment engine: worker threads that turn work items into real processes and files,
+and liveness checks that turn dead processes into failures.
+
+Each action is idempotent and re-entrant, because a claimed item may be run again after a
+crash: deploy re-creates directories and rewrites files; start first records ``starting``,
+then adopts a live process left by an interrupted start (pid file) before spawning one; stop
+signals only the recorded (pid, start time). An item whose application moved to a newer
+generation is dropped (superseded), except stops, which always run.
+
+Results are written in one transaction with the reconcile step they trigger, so the
+component state, the next work items, the lifecycle transition and its event commit together.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+import uuid
+from typing import Callable
+
+from cddlm.application import lifecycle
+from cddlm.application import repository as repo
+from cddlm.application.enactment import queue, states
+from cddlm.application.enactment.local import LocalRunner, Lost, Outcome, Target
+from cddlm.application.enactment.reconcile import reconcile
+from cddlm.application.enactment.values import HostValues
+from cddlm.application.enactment.watch import ExitWatcher
+from cddlm.application.hosts import Hosts
+from cddlm.application.store import Store
+from cddlm.application.tables import components, hosts as hosts_table
+from cddlm.config import Settings
+from cddlm.errors import CddlmError, StoreUnavailable
+from cddlm.lang.model import Deployment
+
+log = logging.getLogger(__name__)
+HEARTBEAT = 5.0
+
+
+class Engine:
+    def __init__(self, store: Store, settings: Settings, hosts: Hosts, *,
+                 clock: Callable[[], float] = time.time, url: str | None = None):
+        self.store = store
+        self.settings = settings
+        self.hosts = hosts
+        self.clock = clock
+        self.url = url
+        self.id = uuid.uuid4().hex
+        self.runners = {h.name: LocalRunner(h.name, os.path.join(settings.state_dir, "hosts", h.name))
+                        for h in hosts.hosts.values() if h.local}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._trees: dict[tuple[str, int], Deployment] = {}
+        self._trees_lock = threading.Lock()
+        self.watcher: ExitWatcher | None = None
+        self.on_events: list[Callable[[], None]] = []   # woken after lifecycle events commit
+
+    # -- life of the engine -------------------------------------------------------------------
+    def start(self) -> None:
+        now = self.clock()
+        with self.store.write() as conn:
+            queue.release_dead(conn, now, 3 * HEARTBEAT, self.store.is_sqlite, self.id)
+            queue.register_engine(conn, self.id, self.url, now)
+        self.watcher = ExitWatcher(self._on_exit)
+        self._readopt()
+        for i in range(self.settings.engine_workers):
+            t = threading.Thread(target=self._work_loop, name="cddlm-worker-%d" % i, daemon=True)
+            t.start()
+            self._threads.append(t)
+        t = threading.Thread(target=self._heartbeat_loop, name="cddlm-heartbeat", daemon=True)
+        t.start()
+        self._threads.append(t)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        for t in self._threads:
+            t.join(timeout=10)
+        self._threads.clear()
+        if self.watcher:
+            self.watcher.close()
+        try:
+            with self.store.write() as conn:
+                queue.unregister_engine(conn, self.id)
+        except StoreUnavailable:
+            pass
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _notify_events(self) -> None:
+        for callback in self.on_events:
+            callback()
+
+    # -- helpers ------------------------------------------------------------------------------
+    def tree(self, app: repo.App) -> Deployment:
+        key = (app.id, app.generation)
+        with self._trees_lock:
+            tree = self._trees.get(key)
+        if tree is None:
+            tree = Deployment.from_json(app.deployment or {})
+            with self._trees_lock:
+                if len(self._trees) > 512:
+                    self._trees.clear()
+                self._trees[key] = tree
+        return tree
+
+    def host_down(self, conn, host: str | None) -> str | None:
+        from sqlalchemy import select
+        row = conn.execute(select(hosts_table.c.down, hosts_table.c.reason)
+                           .where(hosts_table.c.name == host)).first()
+        if row and row.down:
+            return "host %s is down%s" % (host, ": " + row.reason if row.reason else "")
+        return None
+
+    def values(self, app: repo.App, comps: list[repo.Component], comp: repo.Component) -> HostValues:
+        runner = self.runners.get(comp.host or "")
+        workdir = (lambda p: runner.component_dir(app.id, p)) if runner else (lambda p: "")
+        return HostValues(app, self.tree(app), {c.path: c for c in comps}, comp.host or "",
+                          comp.path, workdir)
+
+    def _target(self, app: repo.App, comps: list[repo.Component], comp: repo.Component) -> Target:
+        node = self.tree(app).find(comp.path)
+        hv = self.values(app, comps, comp)
+        attrs = hv.attributes(node) if node is not None else {}
+        return Target(app.id, comp.path, comp.type, attrs, comp.host or "", values=hv.property)
+
+    # -- the work loop ------------------------------------------------------------------------
+    def _work_loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                now = self.clock()
+                with self.store.write() as conn:
+                    items = queue.claim(conn, self.id, now, self.settings.lease_seconds, 1,
+                                        not self.store.is_sqlite)
+            except StoreUnavailable as e:
+                log.warning("cannot claim work: %s", e)
+                self._stop.wait(1.0)
+                continue
+            if not items:
+                self._wake.wait(0.25)
+                self._wake.clear()
+                continue
+            for item in items:
+                try:
+                    self._perform(item)
+                except Lost:
+                    log.info("lost the lease of %s %s/%s", item.action, item.app_id, item.path)
+                except StoreUnavailable as e:
+                    log.warning("store unavailable while doing %s: %s", item.action, e)
+                except Exception:
+                    log.exception("work item %s failed unexpectedly", item)
+                    self._give_up(item)
+
+    def _give_up(self, item: queue.Item) -> None:
+        """An unexpected error: retry later with back-off; after 5 attempts fail the component."""
+        now = self.clock()
+        try:
+            with self.store.write() as conn:
+                if item.attempts >= 5:
+                    comp = repo.get_component(conn, item.app_id, item.path)
+                    if comp is not None and comp.observed in states.LIVE:
+                        repo.update_component(conn, item.app_id, item.path, observed=states.FAILED,
+                                              info="internal error during %s" % item.action,
+                                              updated=now)
+                    queue.finish(conn, item.id)
+                    reconcile(conn, item.app_id, now)
+                else:
+                    queue.retry_later(conn, item.id, self.id, now + 2 ** item.attempts)
+        except StoreUnavailable:
+            pass
+
+    def _keep_lease(self, item: queue.Item) -> Callable[[], None]:
+        state = {"next": time.monotonic() + self.settings.lease_seconds / 3}
+
+        def keep() -> None:
+            if self._stop.is_set():
+                raise Lost("engine stopping")
+            if time.monotonic() < state["next"]:
+                return
+            with self.store.write() as conn:
+                if not queue.extend(conn, item.id, self.id, self.clock() + self.settings.lease_seconds):
+                    raise Lost("lease lost")
+            state["next"] = time.monotonic() + self.settings.lease_seconds / 3
+        return keep
+
+    def _perform(self, item: queue.Item) -> None:
+        with self.store.read() as conn:
+            app = repo.get_app(conn, item.app_id)
+            comps = repo.get_components(conn, item.app_id) if app else []
+            down = None
+            comp = next((c for c in comps if c.path == item.path), None)
+            if comp is not None:
+                down = self.host_down(conn, comp.host)
+        if app is None or comp is None:
+            with self.store.write() as conn:
+                queue.finish(conn, item.id)
+            return
+        if item.generation < app.generation and item.action != "stop":
+            with self.store.write() as conn:
+                queue.finish(conn, item.id)
+                _, added = reconcile(conn, app.id, self.clock())
+            self._after(added)
+            return
+        runner = self.runners.get(comp.host or "")
+        keep = self._keep_lease(item)
+        if down or runner is None:
+            outcome = Outcome("stopped") if item.action == "stop" else Outcome(
+                "failed", down or "host %s has no local agent" % comp.host)
+        else:
+            try:
+                target = self._target(app, comps, comp)
+            except CddlmError as e:
+                target, outcome = None, Outcome("stopped" if item.action == "stop" else "failed",
+                                                "cannot resolve attributes: %s" % e)
+            if target is not None:
+                outcome = self._act(item, app, comp, target, runner, keep)
+        self._record(item, comp, outcome)
+
+    def _act(self, item, app, comp, target, runner: LocalRunner, keep) -> Outcome:
+        if item.action == "deploy":
+            return runner.deploy(target)
+        if item.action == "start":
+            if comp.observed == states.DEPLOYED:
+                with self.store.write() as conn:
+                    if not queue.extend(conn, item.id, self.id, self.clock() + self.settings.lease_seconds):
+                        raise Lost("lease lost")
+                    repo.update_component(conn, app.id, comp.path, observed=states.STARTING,
+                                          updated=self.clock())
+                comp.observed = states.STARTING
+            return runner.start(target, comp.pid, comp.pid_start, keep)
+        if item.action == "stop":
+            return runner.stop(target, comp.pid, comp.pid_start, keep)
+        return Outcome("failed", "unknown action %s" % item.action)
+
+    def _record(self, item: queue.Item, comp: repo.Component, outcome: Outcome) -> None:
+        now = self.clock()
+        with self.store.write() as conn:
+            if not queue.extend(conn, item.id, self.id, now + self.settings.lease_seconds):
+                raise Lost("lease lost before recording")
+            queue.finish(conn, item.id)
+            current = repo.get_component(conn, item.app_id, item.path)
+            app = repo.get_app(conn, item.app_id)
+            if current is not None and app is not None:
+                if item.action == "stop" and current.observed not in (states.STOPPED,):
+                    repo.update_component(conn, app.id, comp.path, observed=states.STOPPING,
+                                          updated=now)
+                    current.observed = states.STOPPING
+                self._apply(conn, app, current, outcome, now)
+            before = app.event_seq if app else 0
+            after_app, added = reconcile(conn, item.app_id, now)
+            events = after_app is not None and after_app.event_seq != before
+        if outcome.pid and outcome.event == "running" and self.watcher:
+            if not self.watcher.watch(outcome.pid, (item.app_id, item.path)):
+                self.check_component(item.app_id, item.path)
+        self._after(added, events)
+
+    def _after(self, added: bool, events: bool = False) -> None:
+        if added:
+            self._wake.set()
+        if events:
+            self._notify_events()
+
+    def _apply(self, conn, app: repo.App, comp: repo.Component, outcome: Outcome, now: float) -> bool:
+        """Record one runner outcome on a component (in ``conn``). False if it was stale."""
+        event = outcome.event
+        attrs = {}
+        if event == "failed" and comp.oneshot and outcome.exit_code == 0:
+            event = "completed"
+        restart = False
+        if event == "failed" and comp.type == "process" and app.desired == lifecycle.RUNNING \
+                and app.state in (lifecycle.INITIALIZED, lifecycle.RUNNING) and comp.observed in (
+                    states.RUNNING, states.STARTING):
+            node = self.tree(app).find(comp.path)
+            attrs = node.attributes if node else {}
+            if attrs.get("restart") == "on-failure" and comp.restarts < int(attrs.get("restart_limit") or 0):
+                event, restart = "restart", True
+        new = states.component_next(comp.observed, event)
+        if new is None:
+            return False
+        runtime = dict(comp.runtime)
+        runtime.update(outcome.runtime)
+        values = dict(observed=new, updated=now)
+        if outcome.pid is not None:
+            values.update(pid=outcome.pid, pid_start=outcome.pid_start)
+        if outcome.info is not None:
+            values["info"] = outcome.info
+        if event in ("failed", "completed", "restart", "stopped"):
+            values.update(exit_code=outcome.exit_code, exit_signal=outcome.exit_signal)
+        if "workdir" in outcome.runtime:
+            values["workdir"] = outcome.runtime["workdir"]
+        if event == "failed" or restart:
+            runner = self.runners.get(comp.host or "")
+            if runner is not None and comp.type == "process":
+                runtime["stderr"] = runner.stderr_tail(app.id, comp.path)
+            runtime["failed_at"] = now
+        if restart:
+            values["restarts"] = comp.restarts + 1
+            values["info"] = "restarted after: %s" % (outcome.info or "exit")
+        values["runtime"] = runtime
+        repo.update_component(conn, app.id, comp.path, **values)
+        return True
+
+    # -- liveness -----------------------------------------------------------------------------
+    def _on_exit(self, key: object) -> None:
+        app_id, path = key  # type: ignore[misc]
+        self.check_component(app_id, path)
+
+    def check_component(self, app_id: str, path: str) -> dict | None:
+        """Check one component now; record a failure. Returns its health entry."""
+        with self.store.read() as conn:
+            app = repo.get_app(conn, app_id)
+            comps = repo.get_components(conn, app_id) if app else []
+            comp = next((c for c in comps if c.path == path), None)
+            down = self.host_down(conn, comp.host) if comp else None
+        if app is None or comp is None:
+            return None
+        outcome = None
+        if comp.observed in (states.RUNNING,) and comp.type not in states.CONTAINERS:
+            runner = self.runners.get(comp.host or "")
+            if down:
+                outcome = Outcome("failed", down)
+            elif runner is not None:
+                try:
+                    target = self._target(app, comps, comp)
+                except CddlmError as e:
+                    outcome = Outcome("failed", str(e))
+                else:
+                    outcome = runner.check(target, comp.pid, comp.pid_start)
+        if outcome is not None:
+            now = self.clock()
+            with self.store.write() as conn:
+                current = repo.get_component(conn, app_id, path)
+                app2 = repo.get_app(conn, app_id)
+                if current is None or app2 is None or current.observed != comp.observed \
+                        or current.pid != comp.pid:
+                    return _health(comp, None)
+                before = app2.event_seq
+                self._apply(conn, app2, current, outcome, now)
+                after, added = reconcile(conn, app_id, now)
+            self._after(added, after is not None and after.event_seq != before)
+        return _health(comp, outcome)
+
+    def check_app(self, app_id: str) -> list[dict]:
+        with self.store.read() as conn:
+            paths = [c.path for c in repo.get_components(conn, app_id)]
+        return [h for h in (self.check_component(app_id, p) for p in paths) if h is not None]
+
+    def check_all(self) -> None:
+        """The scheduled liveness pass over every running component on this portal's hosts."""
+        from sqlalchemy import select
+        with self.store.read() as conn:
+            rows = conn.execute(select(components.c.app_id, components.c.path)
+                                .where(components.c.observed == states.RUNNING,
+                                       components.c.type.not_in(list(states.CONTAINERS)))).all()
+        for app_id, path in rows:
+            if self._stop.is_set():
+                return
+            try:
+                self.check_component(app_id, path)
+            except StoreUnavailable as e:
+                log.warning("liveness check skipped: %s", e)
+                return
+            except Exception:
+                log.exception("liveness check of %s %s failed", app_id, path)
+
+    def _readopt(self) -> None:
+        """After a restart: watch the processes recorded as running, so deaths are prompt."""
+        from sqlalchemy import select
+        with self.store.read() as conn:
+            rows = conn.execute(select(components.c.app_id, components.c.path, components.c.pid,
+                                       components.c.pid_start, components.c.host)
+                                .where(components.c.observed == states.RUNNING,
+                                       components.c.pid.is_not(None))).all()
+        for app_id, path, pid, _started, host in rows:
+            if host in self.runners and self.watcher and not self.watcher.watch(pid, (app_id, path)):
+                self.check_component(app_id, path)
+
+    def _heartbeat_loop(self) -> None:
+        while not self._stop.wait(HEARTBEAT):
+            try:
+                now = self.clock()
+                with self.store.write() as conn:
+                    queue.heartbeat(conn, self.id, now)
+                    if not self.store.is_sqlite:
+                        if queue.release_dead(conn, now, 3 * HEARTBEAT, False, self.id):
+                            self._wake.set()
+            except StoreUnavailable as e:
+                log.warning("heartbeat failed: %s", e)
+
+    # -- hosts --------------------------------------------------------------------------------
+    def remove_app_files(self, app_id: str) -> None:
+        for runner in self.runners.values():
+            runner.remove_app(app_id)
+
+
+def _health(comp: repo.Component, outcome: Outcome | None) -> dict:
+    failed = outcome is not None and outcome.event == "failed"
+    state = states.FAILED if failed else comp.observed
+    healthy = state not in (states.FAILED,) and not (outcome and outcome.event == "failed")
+    return {"path": comp.path, "type": comp.type, "host": comp.host, "state": state,
+            "healthy": healthy, "pid": comp.pid, "restarts": comp.restarts,
+            "detail": (outcome.info if outcome else comp.info) or ""}

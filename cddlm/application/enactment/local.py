@@ -1,0 +1,439 @@
+"""The local runner: enacts components on this machine, for every host whose agent is ``local``.
+
+Each host has its own directory (``STATE/hosts/HOST``); an application's files live under
+``apps/<id>/`` there and each component has its own working directory below that (its path),
+with ``stdout.log`` and ``stderr.log``.
+
+Processes start in their own session (``setsid``), so stopping the portal stops none of them.
+They are launched through ``/bin/sh -c 'echo $$ > pidfile; exec "$@"'``: the pid file is
+written before the program runs, so a portal killed between the spawn and the database
+commit finds the process again (``adopt``) instead of starting a second one. A process is
+identified by (pid, start time); exit codes are known for this portal's own children and
+reported as unknown for processes adopted after a restart.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from cddlm.application.enactment import procfs
+
+STDERR_TAIL_LINES = 20
+WRAPPER = 'echo $$ > "$0" && exec "$@"'
+PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
+            "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
+
+
+@dataclass
+class Target:
+    """One component as the runner sees it: attributes with lazy values already resolved."""
+    app_id: str
+    path: str
+    type: str
+    attributes: dict[str, Any]
+    host: str
+    values: Callable[[str], Any] = lambda name: None   # property lookup for ${name} substitution
+
+
+@dataclass
+class Outcome:
+    event: str                      # deployed | running | completed | failed | stopped
+    info: str | None = None
+    pid: int | None = None
+    pid_start: str | None = None
+    exit_code: int | None = None
+    exit_signal: str | None = None
+    runtime: dict[str, Any] = field(default_factory=dict)
+
+
+class Lost(Exception):
+    """The worker lost its lease while waiting: stop, another worker owns the item now."""
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return str(num)
+
+
+class LocalRunner:
+    def __init__(self, host: str, root: str):
+        self.host = host
+        self.root = os.path.abspath(root)
+        self._children: dict[int, subprocess.Popen] = {}   # pid -> Popen, this process's children
+        self._lock = threading.Lock()
+
+    # -- places ------------------------------------------------------------------------------
+    def app_dir(self, app_id: str) -> str:
+        return os.path.join(self.root, "apps", app_id.rsplit(":", 1)[-1])
+
+    def component_dir(self, app_id: str, path: str) -> str:
+        return os.path.join(self.app_dir(app_id), *path.split("/"))
+
+    def remove_app(self, app_id: str) -> None:
+        shutil.rmtree(self.app_dir(app_id), ignore_errors=True)
+
+    def stderr_tail(self, app_id: str, path: str, lines: int = STDERR_TAIL_LINES) -> str:
+        name = os.path.join(self.component_dir(app_id, path), "stderr.log")
+        try:
+            with open(name, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 8192))
+                text = f.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    # -- deploy ------------------------------------------------------------------------------
+    def deploy(self, t: Target) -> Outcome:
+        workdir = self.component_dir(t.app_id, t.path)
+        try:
+            os.makedirs(workdir, exist_ok=True)
+        except OSError as e:
+            return Outcome("failed", "cannot create %s: %s" % (workdir, e.strerror))
+        runtime = {"workdir": workdir, "host": self.host}
+        if t.type == "process":
+            argv = t.attributes["argv"]
+            env = self._env(t, workdir)
+            exe = argv[0]
+            if os.sep in exe:
+                found = exe if os.path.isabs(exe) else os.path.join(self._cwd(t, workdir), exe)
+                ok = os.path.isfile(found) and os.access(found, os.X_OK)
+            else:
+                found = shutil.which(exe, path=env.get("PATH"))
+                ok = found is not None
+            if not ok:
+                return Outcome("failed", "executable not found: %s" % exe, runtime=runtime)
+            runtime["executable"] = found
+        elif t.type == "file":
+            return self._write_file(t, runtime)
+        return Outcome("deployed", runtime=runtime)
+
+    def _file_path(self, t: Target) -> str | None:
+        rel = str(t.attributes["path"])
+        base = self.app_dir(t.app_id)
+        full = os.path.normpath(os.path.join(base, rel))
+        if os.path.isabs(rel) or not (full + os.sep).startswith(base + os.sep):
+            return None
+        return full
+
+    def _write_file(self, t: Target, runtime: dict) -> Outcome:
+        full = self._file_path(t)
+        if full is None:
+            return Outcome("failed", "file path %r must stay inside the application directory"
+                           % t.attributes["path"], runtime=runtime)
+        content = str(t.attributes.get("content") or "")
+        if t.attributes.get("substitute", True):
+            content = _substitute(content, t.values)
+        try:
+            mode = int(str(t.attributes.get("mode") or "0644"), 8)
+        except ValueError:
+            return Outcome("failed", "mode %r is not an octal number" % t.attributes.get("mode"))
+        try:
+            os.makedirs(os.path.dirname(full), exist_ok=True)
+            tmp = full + ".cddlm-tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(content)
+            os.chmod(tmp, mode)
+            os.replace(tmp, full)
+        except OSError as e:
+            return Outcome("failed", "cannot write %s: %s" % (full, e.strerror), runtime=runtime)
+        runtime["path"] = full
+        return Outcome("deployed", runtime=runtime)
+
+    # -- start -------------------------------------------------------------------------------
+    def start(self, t: Target, known_pid: int | None, known_start: str | None,
+              keep_lease: Callable[[], None]) -> Outcome:
+        if t.type == "process":
+            return self._start_process(t, known_pid, known_start, keep_lease)
+        if t.type == "file":
+            full = self._file_path(t)
+            if full is None or not os.path.exists(full):
+                return Outcome("failed", "file %s is missing" % t.attributes.get("path"))
+            return Outcome("running", runtime={"path": full, "host": self.host})
+        if t.type == "probe":
+            deadline = time.monotonic() + max(5.0, 5 * float(t.attributes.get("timeout") or 2))
+            while True:
+                problem = probe(t.attributes)
+                if problem is None:
+                    return Outcome("running", runtime={"host": self.host})
+                if time.monotonic() > deadline:
+                    return Outcome("failed", problem)
+                keep_lease()
+                time.sleep(0.2)
+        return Outcome("running")
+
+    def adopt(self, t: Target) -> tuple[int, str] | None:
+        """A live process left by an interrupted start (its pid file), if any."""
+        pidfile = os.path.join(self.component_dir(t.app_id, t.path), "pid")
+        try:
+            with open(pidfile) as f:
+                pid = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return None
+        started = procfs.start_time(pid)
+        if pid and started and procfs.alive(pid, started) and self._ours(pid, t):
+            return pid, started
+        return None
+
+    def _ours(self, pid: int, t: Target) -> bool:
+        """The process runs in the component's session and was started from its directory."""
+        try:
+            env = open("/proc/%d/environ" % pid, "rb").read().split(b"\0")
+        except OSError:
+            return False
+        return ("CDDLM_COMPONENT=%s %s" % (t.app_id, t.path)).encode() in env
+
+    def _env(self, t: Target, workdir: str) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k in PASS_ENV}
+        env.update({str(k): str(v) for k, v in (t.attributes.get("env") or {}).items()})
+        env.update(CDDLM_APP_ID=t.app_id, CDDLM_HOST=self.host, CDDLM_WORKDIR=workdir,
+                   CDDLM_COMPONENT="%s %s" % (t.app_id, t.path))
+        return env
+
+    def _cwd(self, t: Target, workdir: str) -> str:
+        cwd = t.attributes.get("cwd")
+        return os.path.join(workdir, cwd) if cwd else workdir
+
+    def _start_process(self, t: Target, known_pid, known_start, keep_lease) -> Outcome:
+        workdir = self.component_dir(t.app_id, t.path)
+        if known_pid and procfs.alive(known_pid, known_start):
+            pid, started = known_pid, known_start
+        else:
+            adopted = self.adopt(t)
+            if adopted:
+                pid, started = adopted
+            else:
+                spawned = self._spawn(t, workdir)
+                if isinstance(spawned, Outcome):
+                    return spawned
+                pid, started = spawned
+        base = dict(pid=pid, pid_start=started,
+                    runtime={"pid": pid, "host": self.host, "workdir": workdir})
+        ready = t.attributes.get("readiness")
+        if ready and not t.attributes.get("run_to_completion"):
+            return self._await_ready(t, pid, started, ready, keep_lease, base)
+        return Outcome("running", **base)
+
+    def _spawn(self, t: Target, workdir: str):
+        os.makedirs(workdir, exist_ok=True)
+        pidfile = os.path.join(workdir, "pid")
+        try:
+            os.unlink(pidfile)
+        except FileNotFoundError:
+            pass
+        cwd = self._cwd(t, workdir)
+        try:
+            with open(os.path.join(workdir, "stdout.log"), "ab") as out, \
+                    open(os.path.join(workdir, "stderr.log"), "ab") as err:
+                proc = subprocess.Popen(["/bin/sh", "-c", WRAPPER, pidfile] + list(t.attributes["argv"]),
+                                        cwd=cwd, env=self._env(t, workdir), stdin=subprocess.DEVNULL,
+                                        stdout=out, stderr=err, start_new_session=True,
+                                        close_fds=True)
+        except OSError as e:
+            return Outcome("failed", "cannot start %s: %s" % (t.attributes["argv"][0], e.strerror))
+        with self._lock:
+            self._children[proc.pid] = proc
+        started = procfs.start_time(proc.pid) or ""
+        return proc.pid, started
+
+    def _await_ready(self, t, pid, started, ready, keep_lease, base) -> Outcome:
+        timeout = float(ready.get("timeout") or 30)
+        interval = float(ready.get("interval") or 0.1)
+        deadline = time.monotonic() + timeout
+        workdir = self.component_dir(t.app_id, t.path)
+        while True:
+            gone = self.check_process(pid, started)
+            if gone is not None:
+                return self._failure(t, gone, base, "exited before it was ready: ")
+            problem = readiness(ready, workdir)
+            if problem is None:
+                return Outcome("running", **base)
+            if time.monotonic() > deadline:
+                self.stop_process(pid, started, "TERM", 2.0)
+                return Outcome("failed", "not ready after %gs: %s" % (timeout, problem), **base)
+            keep_lease()
+            time.sleep(interval)
+
+    def _failure(self, t: Target, gone: Outcome, base: dict, prefix: str = "") -> Outcome:
+        base = dict(base)
+        base.update(exit_code=gone.exit_code, exit_signal=gone.exit_signal)
+        return Outcome("failed", prefix + (gone.info or "exited"), **base)
+
+    # -- check -------------------------------------------------------------------------------
+    def check_process(self, pid: int | None, started: str | None) -> Outcome | None:
+        """None while the process lives; otherwise how it ended (as far as known)."""
+        if not pid:
+            return Outcome("failed", "no process recorded")
+        with self._lock:
+            proc = self._children.get(pid)
+        if proc is not None:
+            rc = proc.poll()
+            if rc is None:
+                return None
+            with self._lock:
+                self._children.pop(pid, None)
+            if rc < 0:
+                return Outcome("failed", "killed by signal %s" % _signal_name(-rc),
+                               exit_signal=_signal_name(-rc))
+            return Outcome("failed", "exited with status %d" % rc, exit_code=rc)
+        if procfs.alive(pid, started):
+            return None
+        return Outcome("failed", "process %d ended (exit status unknown: it was adopted after a "
+                                 "portal restart)" % pid)
+
+    def check(self, t: Target, pid: int | None, started: str | None) -> Outcome | None:
+        if t.type == "process":
+            return self.check_process(pid, started)
+        if t.type == "file":
+            full = self._file_path(t)
+            return None if full and os.path.exists(full) else Outcome("failed", "file was removed")
+        if t.type == "probe":
+            problem = probe(t.attributes)
+            return None if problem is None else Outcome("failed", problem)
+        return None
+
+    # -- stop --------------------------------------------------------------------------------
+    def stop(self, t: Target, pid: int | None, started: str | None, keep_lease) -> Outcome:
+        if t.type == "process":
+            if not pid:
+                adopted = self.adopt(t)
+                pid, started = adopted if adopted else (None, None)
+            sig = str(t.attributes.get("stop_signal") or "TERM")
+            grace = float(t.attributes.get("grace") if t.attributes.get("grace") is not None else 5)
+            result = self.stop_process(pid, started, sig, grace, keep_lease) if pid else None
+            out = Outcome("stopped", pid=pid, pid_start=started)
+            if result is not None:
+                out.exit_code, out.exit_signal = result.exit_code, result.exit_signal
+            return out
+        if t.type == "file" and not t.attributes.get("keep"):
+            full = self._file_path(t)
+            if full:
+                try:
+                    os.unlink(full)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    return Outcome("failed", "cannot remove %s: %s" % (full, e.strerror))
+        return Outcome("stopped")
+
+    def stop_process(self, pid: int, started: str | None, sig: str, grace: float,
+                     keep_lease: Callable[[], None] | None = None) -> Outcome | None:
+        """Signal the process group, wait ``grace`` seconds, then KILL it. Idempotent."""
+        if self.check_process(pid, started) is not None:
+            return self._reap(pid)
+        number = getattr(signal, "SIG" + sig, signal.SIGTERM)
+        self._killpg(pid, number)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            ended = self.check_process(pid, started)
+            if ended is not None:
+                self._killpg(pid, signal.SIGKILL)   # leftovers in its group
+                return ended
+            if keep_lease:
+                keep_lease()
+            time.sleep(0.02)
+        self._killpg(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            ended = self.check_process(pid, started)
+            if ended is not None:
+                return ended
+            time.sleep(0.02)
+        return None
+
+    def _reap(self, pid: int) -> Outcome | None:
+        with self._lock:
+            proc = self._children.pop(pid, None)
+        if proc is not None and proc.returncode is not None:
+            rc = proc.returncode
+            return Outcome("failed", exit_code=rc if rc >= 0 else None,
+                           exit_signal=_signal_name(-rc) if rc < 0 else None)
+        return None
+
+    @staticmethod
+    def _killpg(pid: int, number: int) -> None:
+        try:
+            os.killpg(pid, number)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(pid, number)
+            except (ProcessLookupError, PermissionError):
+                pass
+
+
+_PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_.\-]+)\}")
+
+
+def _substitute(text: str, values: Callable[[str], Any]) -> str:
+    def repl(m: re.Match) -> str:
+        value = values(m.group(1))
+        return m.group(0) if value is None else str(value)
+    return _PLACEHOLDER.sub(repl, text)
+
+
+def _tcp(spec: str, timeout: float) -> str | None:
+    host, _, port = str(spec).rpartition(":")
+    try:
+        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
+            return None
+    except (OSError, ValueError) as e:
+        return "tcp %s: %s" % (spec, getattr(e, "strerror", None) or e)
+
+
+def _http(url: str, timeout: float) -> str | None:
+    class NoRedirect(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *a, **k):
+            return None
+    opener = urllib.request.build_opener(NoRedirect)
+    try:
+        with opener.open(url, timeout=timeout) as r:
+            return None if r.status < 400 else "http %s: status %d" % (url, r.status)
+    except urllib.error.HTTPError as e:
+        return None if e.code < 400 else "http %s: status %d" % (url, e.code)
+    except (OSError, ValueError) as e:
+        return "http %s: %s" % (url, getattr(e, "reason", None) or e)
+
+
+def readiness(ready: dict, workdir: str) -> str | None:
+    """None when the readiness condition holds, else what is missing."""
+    if "tcp" in ready:
+        spec = str(ready["tcp"])
+        return _tcp(spec if ":" in spec else "127.0.0.1:" + spec, 0.5)
+    if "http" in ready:
+        return _http(str(ready["http"]), 1.0)
+    if "file" in ready:
+        path = os.path.join(workdir, str(ready["file"]))
+        return None if os.path.exists(path) else "file %s does not exist" % ready["file"]
+    if "log" in ready:
+        pattern = re.compile(str(ready["log"]))
+        for name in ("stdout.log", "stderr.log"):
+            try:
+                with open(os.path.join(workdir, name), "rb") as f:
+                    if pattern.search(f.read().decode("utf-8", "replace")):
+                        return None
+            except OSError:
+                continue
+        return "log line /%s/ not seen" % ready["log"]
+    return None
+
+
+def probe(attrs: dict) -> str | None:
+    timeout = float(attrs.get("timeout") or 2.0)
+    if attrs.get("tcp"):
+        return _tcp(str(attrs["tcp"]), timeout)
+    if attrs.get("http"):
+        return _http(str(attrs["http"]), timeout)
+    return "probe has neither tcp nor http"

@@ -1,0 +1,134 @@
+"""Work items: queued in the same transaction as the intent that causes them, claimed by
+workers under a lease (engine id + expiry), deleted when done.
+
+A claim skips items whose component already has a leased item, so one component never has
+two actions in flight; an expired lease makes an item claimable again (its owner died or
+hung). On PostgreSQL the claim uses ``FOR UPDATE SKIP LOCKED`` so portals sharing the store
+never block each other; on SQLite the write transaction (``BEGIN IMMEDIATE``) serialises.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sqlalchemy import and_, delete, exists, insert, or_, select, update
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import aliased
+
+from cddlm.application.tables import engines, work
+
+
+@dataclass(frozen=True)
+class Item:
+    id: int
+    app_id: str
+    path: str
+    action: str
+    generation: int
+    attempts: int
+
+
+def add(conn: Connection, app_id: str, items: list[tuple[str, str]], generation: int,
+        now: float) -> int:
+    """Queue (path, action) items unless an identical one is already queued."""
+    if not items:
+        return 0
+    have = {(p, a) for p, a in conn.execute(
+        select(work.c.path, work.c.action).where(work.c.app_id == app_id,
+                                                 work.c.generation == generation))}
+    rows = [dict(app_id=app_id, path=p, action=a, generation=generation, attempts=0,
+                 not_before=now, created=now) for p, a in items if (p, a) not in have]
+    if rows:
+        conn.execute(insert(work), rows)
+    return len(rows)
+
+
+def queued(conn: Connection, app_id: str) -> set[tuple[str, str]]:
+    return {(p, a) for p, a in conn.execute(select(work.c.path, work.c.action)
+                                            .where(work.c.app_id == app_id))}
+
+
+def supersede(conn: Connection, app_id: str, generation: int) -> None:
+    """A newer intent: drop older items nobody holds (held ones stop at their next step)."""
+    conn.execute(delete(work).where(work.c.app_id == app_id, work.c.generation < generation,
+                                    work.c.owner.is_(None)))
+
+
+def claim(conn: Connection, owner: str, now: float, lease: float, limit: int,
+          postgres: bool) -> list[Item]:
+    other = aliased(work)
+    busy = exists().where(and_(other.c.app_id == work.c.app_id, other.c.path == work.c.path,
+                               other.c.id != work.c.id, other.c.owner.is_not(None),
+                               other.c.lease_expires >= now))
+    free = or_(work.c.owner.is_(None), work.c.lease_expires < now)
+    query = (select(work.c.id, work.c.app_id, work.c.path, work.c.action, work.c.generation,
+                    work.c.attempts)
+             .where(work.c.not_before <= now, free, ~busy).order_by(work.c.id).limit(limit))
+    if postgres:
+        query = query.with_for_update(skip_locked=True, of=work)
+    rows = conn.execute(query).all()
+    items = []
+    seen: set[tuple[str, str]] = set()
+    for r in rows:
+        if (r.app_id, r.path) in seen:  # two queued items for one component: one at a time
+            continue
+        seen.add((r.app_id, r.path))
+        items.append(Item(r.id, r.app_id, r.path, r.action, r.generation, r.attempts + 1))
+    if items:
+        conn.execute(update(work).where(work.c.id.in_([i.id for i in items]))
+                     .values(owner=owner, lease_expires=now + lease, attempts=work.c.attempts + 1))
+    return items
+
+
+def extend(conn: Connection, item_id: int, owner: str, until: float) -> bool:
+    """Renew a lease; False when it was lost (then the worker must stop)."""
+    return conn.execute(update(work).where(work.c.id == item_id, work.c.owner == owner)
+                        .values(lease_expires=until)).rowcount == 1
+
+
+def finish(conn: Connection, item_id: int) -> None:
+    conn.execute(delete(work).where(work.c.id == item_id))
+
+
+def retry_later(conn: Connection, item_id: int, owner: str, when: float) -> None:
+    conn.execute(update(work).where(work.c.id == item_id, work.c.owner == owner)
+                 .values(owner=None, lease_expires=None, not_before=when))
+
+
+def depth(conn: Connection) -> int:
+    from sqlalchemy import func
+    return conn.execute(select(func.count()).select_from(work)).scalar() or 0
+
+
+# -- engines sharing the store ----------------------------------------------------------------
+def register_engine(conn: Connection, engine_id: str, url: str | None, now: float) -> None:
+    conn.execute(insert(engines).values(id=engine_id, url=url, started=now, heartbeat=now))
+
+
+def heartbeat(conn: Connection, engine_id: str, now: float) -> None:
+    conn.execute(update(engines).where(engines.c.id == engine_id).values(heartbeat=now))
+
+
+def release_dead(conn: Connection, now: float, stale_after: float, alone: bool,
+                 me: str) -> int:
+    """Free the leases of engines that stopped heart-beating (all others' when ``alone``)."""
+    if alone:
+        dead = [r[0] for r in conn.execute(select(engines.c.id).where(engines.c.id != me))]
+    else:
+        dead = [r[0] for r in conn.execute(select(engines.c.id).where(
+            engines.c.heartbeat < now - stale_after, engines.c.id != me))]
+    if not dead:
+        return 0
+    n = conn.execute(update(work).where(work.c.owner.in_(dead))
+                     .values(owner=None, lease_expires=None)).rowcount
+    from cddlm.application.tables import deliveries
+    conn.execute(update(deliveries).where(deliveries.c.owner.in_(dead))
+                 .values(owner=None, lease_expires=None))
+    conn.execute(delete(engines).where(engines.c.id.in_(dead)))
+    return n
+
+
+def unregister_engine(conn: Connection, engine_id: str) -> None:
+    conn.execute(update(work).where(work.c.owner == engine_id).values(owner=None,
+                                                                       lease_expires=None))
+    conn.execute(delete(engines).where(engines.c.id == engine_id))

@@ -1,0 +1,55 @@
+"""One reconcile step for one application, inside the caller's write transaction: run the
+planner on the stored component states, queue the work it asks for, and record the
+lifecycle transitions it reports (each with its history row and event, via the table)."""
+
+from __future__ import annotations
+
+from sqlalchemy.engine import Connection
+
+from cddlm.application import lifecycle
+from cddlm.application import repository as repo
+from cddlm.application.enactment import queue, states
+
+
+def failure_info(comp: repo.Component) -> dict:
+    info = {"normal": False, "component": comp.path,
+            "reason": "component %s failed: %s" % (comp.path, comp.info or "failed"),
+            "time": comp.runtime.get("failed_at", comp.updated)}
+    if comp.exit_code is not None:
+        info["exitCode"] = comp.exit_code
+    if comp.exit_signal:
+        info["signal"] = comp.exit_signal
+    if comp.runtime.get("stderr"):
+        info["stderr"] = comp.runtime["stderr"]
+    return info
+
+
+def reconcile(conn: Connection, app_id: str, now: float) -> tuple[repo.App | None, bool]:
+    """Returns the application after this step and whether new work was queued."""
+    app = repo.get_app(conn, app_id)
+    if app is None or app.state == lifecycle.TERMINATED:
+        return app, False
+    comps = repo.get_components(conn, app_id)
+    by_path = {c.path: c for c in comps}
+    roots = states.build_tree([(c.path, c.type, c.parent, c.position, c.observed, c.optional,
+                                c.oneshot) for c in comps])
+    plan = states.plan(app.state, app.desired, roots, queue.queued(conn, app_id))
+    added = queue.add(conn, app_id, plan.work, app.generation, now)
+    for path in plan.mark_stopped:
+        repo.update_component(conn, app_id, path, observed=states.STOPPED, updated=now)
+    for path, value in plan.derived.items():
+        if by_path[path].observed != value:
+            repo.update_component(conn, app_id, path, observed=value, updated=now)
+    for event in plan.events:
+        new = lifecycle.next_state(app.state, event)
+        info, termination = None, None
+        if event == "failed":
+            termination = failure_info(by_path[plan.failure])
+            info = termination["reason"]
+        elif new == lifecycle.TERMINATED:
+            termination = app.termination_info or {
+                "normal": True, "reason": "every component ran to completion"}
+            termination.setdefault("time", now)
+            info = termination.get("reason")
+        app = repo.record_state(conn, app, new, now, info, termination)
+    return app, added > 0

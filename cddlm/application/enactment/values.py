@@ -1,0 +1,103 @@
+"""Values only known on the host: lazy properties, host facts and other components' runtime
+values (pid, port, workdir ...). Used when a component is enacted and by ``resolve``.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any, Callable
+
+from cddlm.application.enactment import procfs
+from cddlm.errors import ResolutionError
+from cddlm.lang.model import Component as Node, Deployment, Lazy
+
+RUNTIME_NAMES = ("pid", "host", "workdir", "port", "ports", "state", "exit_code", "exit_signal",
+                 "restarts", "path", "executable")
+
+
+class HostValues:
+    def __init__(self, app: Any, tree: Deployment, rows: dict, host: str, component: str,
+                 workdir: Callable[[str], str]):
+        self.app = app
+        self.tree = tree
+        self.rows = rows            # path -> repository.Component
+        self.host = host
+        self.component = component
+        self.workdir = workdir      # path -> the component's directory on its host
+
+    # -- host facts and properties ------------------------------------------------------------
+    def fact(self, name: str) -> Any:
+        hostname = socket.gethostname()
+        facts = {"host.name": self.host, "host.hostname": hostname, "local.hostname": hostname,
+                 "app.id": self.app.id, "app.name": self.app.name or "",
+                 "component.path": self.component, "component.workdir": self.workdir(self.component)}
+        return facts.get(name)
+
+    def property(self, name: str) -> Any:
+        if name in (self.app.properties or {}):
+            return self.app.properties[name]
+        return self.fact(name)
+
+    # -- references ---------------------------------------------------------------------------
+    def runtime(self, path: str, name: str) -> Any:
+        row = self.rows.get(path)
+        if row is None:
+            return None
+        if name in ("port", "ports"):
+            ports = list(row.runtime.get("ports") or []) or (
+                procfs.listening_ports(row.pid) if row.pid and procfs.alive(row.pid, row.pid_start) else [])
+            return (ports[0] if ports else None) if name == "port" else ports
+        if name == "state":
+            return row.observed
+        if name in ("pid", "exit_code", "exit_signal", "restarts"):
+            return getattr(row, name)
+        if name == "host":
+            return row.host
+        if name == "workdir":
+            return row.workdir or row.runtime.get("workdir")
+        return row.runtime.get(name)
+
+    def reference(self, target: str, seen: frozenset = frozenset()) -> Any:
+        if target in seen:
+            raise ResolutionError("lazy reference loop through %s" % target, kind="reference-loop",
+                                  path=target)
+        comp_path, _, name = target.rpartition("/")
+        node = self.tree.find(comp_path) if comp_path else None
+        if node is None:
+            raise ResolutionError("%s names no component" % target, kind="dangling-reference",
+                                  path=target)
+        if name in node.attributes and node.attributes[name] is not None:
+            return self.value(node.attributes[name], seen | {target})
+        value = self.runtime(comp_path, name)
+        if value is None:
+            raise ResolutionError("%s has no value yet on host %s" % (target, self.host),
+                                  kind="unresolved-reference", path=target)
+        return value
+
+    # -- any value -----------------------------------------------------------------------------
+    def value(self, v: Any, seen: frozenset = frozenset()) -> Any:
+        if isinstance(v, Lazy):
+            if v.kind == "ref":
+                out = self.reference(v.target, seen)
+            else:
+                out = self.property(v.target)
+                if out is None:
+                    out = v.default
+                if out is None:
+                    raise ResolutionError("property %s is not set (host %s)" % (v.target, self.host),
+                                          kind="missing-property", path=v.target)
+            if v.integer:
+                try:
+                    return int(str(out).strip())
+                except ValueError:
+                    raise ResolutionError("%s must be an integer, got %r" % (v.target, out),
+                                          kind="bad-property", path=v.target) from None
+            return out
+        if isinstance(v, list):
+            return [self.value(x, seen) for x in v]
+        if isinstance(v, dict):
+            return {k: self.value(x, seen) for k, x in v.items()}
+        return v
+
+    def attributes(self, node: Node) -> dict[str, Any]:
+        return {k: self.value(v) for k, v in node.attributes.items()}

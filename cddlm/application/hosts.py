@@ -1,0 +1,71 @@
+"""The hosts a portal manages: from ``--datacenter FILE`` (CONTRACT section 10), or one host,
+``localhost``, when none is given. Hosts whose agent is ``local`` run on this machine, each
+in its own directory, so a multi-host deployment is real on one machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from cddlm.errors import BadArgument
+
+DEFAULT_HOST = "localhost"
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    agent: str = "local"
+    capacity: dict = field(default_factory=dict, hash=False, compare=False)
+
+    @property
+    def local(self) -> bool:
+        return self.agent == "local"
+
+
+@dataclass
+class Hosts:
+    hosts: dict[str, Host]
+    datacenter: dict | None = None   # the file's data, for the placement engine
+
+    @classmethod
+    def default(cls) -> "Hosts":
+        return cls({DEFAULT_HOST: Host(DEFAULT_HOST)})
+
+    @classmethod
+    def from_datacenter(cls, data: dict[str, Any]) -> "Hosts":
+        levels = data.get("levels") or []
+        host_level = "host" if "host" in levels else None
+        found: dict[str, Host] = {}
+
+        def visit(node: Any, depth: int) -> None:
+            if depth > 64:
+                raise BadArgument("datacenter location tree is nested deeper than 64 levels")
+            if not isinstance(node, dict) or "name" not in node:
+                raise BadArgument("every location node needs a name")
+            is_host = "agent" in node or (host_level is not None and node.get("level") == host_level)
+            if is_host:
+                name = str(node["name"])
+                if name in found:
+                    raise BadArgument("host %s appears twice in the datacenter" % name)
+                found[name] = Host(name, str(node.get("agent") or "local"),
+                                   dict(node.get("capacity") or {}))
+                return
+            for child in node.get("children") or []:
+                visit(child, depth + 1)
+
+        roots = data.get("location")
+        if roots is None:
+            raise BadArgument("the datacenter has no location tree")
+        for root in roots if isinstance(roots, list) else [roots]:
+            visit(root, 0)
+        if not found:
+            raise BadArgument("the datacenter names no hosts (nodes with an agent or at level host)")
+        return cls(found, data)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.hosts
+
+    def names(self) -> list[str]:
+        return list(self.hosts)

@@ -1,0 +1,45 @@
+"""Deciding the host of each placed component before anything is enacted.
+
+Without a datacenter every component goes to the one local host (a ``host`` attribute must
+then name it). With ``--datacenter`` the portal builds a placement request from the
+descriptor's components, groups and policies plus the capacity other applications hold, and
+asks the placement engine; no placement is a ``PlacementError`` naming the conflict.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cddlm.application.hosts import Hosts
+from cddlm.errors import PlacementError
+from cddlm.lang import library
+from cddlm.lang.model import Deployment
+
+
+def placed_paths(deployment: Deployment) -> list[tuple[str, Any]]:
+    return [(p, c) for p, c in deployment.walk() if library.TYPES[c.type].placed]
+
+
+class Placer:
+    def __init__(self, hosts: Hosts, time_limit: float = 10.0):
+        self.hosts = hosts
+        self.time_limit = time_limit
+
+    def place(self, deployment: Deployment, used: dict[str, dict[str, float]]) -> dict[str, dict]:
+        """{component path: {"host": ..., "provider": ...}} for every placed component."""
+        if self.hosts.datacenter is not None:
+            return self._solve(deployment, used)
+        (only,) = self.hosts.names() if len(self.hosts.names()) == 1 else (None,)
+        out = {}
+        for path, comp in placed_paths(deployment):
+            host = comp.attributes.get("host") or only
+            if host not in self.hosts:
+                raise PlacementError("component %s asks for host %r, which this portal does not "
+                                     "manage (hosts: %s)" % (path, host, ", ".join(self.hosts.names())),
+                                     ["host pin of %s" % path])
+            out[path] = {"host": host, "provider": host}
+        return out
+
+    def _solve(self, deployment: Deployment, used: dict[str, dict[str, float]]) -> dict[str, dict]:
+        from cddlm.application import placement_bridge
+        return placement_bridge.solve(self.hosts.datacenter, deployment, used, self.time_limit)

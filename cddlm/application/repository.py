@@ -1,0 +1,276 @@
+"""Queries over the store, shared by the use cases and the enactment engine.
+
+Functions take an open connection from ``Store.read()`` / ``Store.write()`` so callers decide
+the transaction: a state change, its history row and its events always commit together.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.engine import Connection
+
+from cddlm.application import lifecycle
+from cddlm.application.tables import applications, components, events, history, views, work
+
+LIFECYCLE_TOPIC = "{http://www.gridforum.org/cddlm/deployapi/2005/02}Lifecycle"
+CREATED_TOPIC = "{http://www.gridforum.org/cddlm/deployapi/2005/02}ApplicationCreated"
+PORTAL_PRODUCER = "portal"
+
+
+@dataclass
+class App:
+    id: str
+    name: str | None
+    hostname: str | None
+    state: str
+    desired: str
+    generation: int
+    state_info: str | None
+    termination_info: dict | None
+    created: float
+    started: float | None
+    terminated: float | None
+    termination_time: float | None
+    language: str | None
+    descriptor_digest: str | None
+    properties: dict
+    options: list
+    deployment: dict | None
+    placement: dict | None
+    client_token: str | None
+    request_digest: str | None
+    init_token: str | None
+    event_seq: int
+
+    @classmethod
+    def from_row(cls, row: Any) -> "App":
+        m = row._mapping
+        return cls(
+            id=m["id"], name=m["name"], hostname=m["hostname"], state=m["state"],
+            desired=m["desired"], generation=m["generation"], state_info=m["state_info"],
+            termination_info=json.loads(m["termination_info"]) if m["termination_info"] else None,
+            created=m["created"], started=m["started"], terminated=m["terminated"],
+            termination_time=m["termination_time"], language=m["language"],
+            descriptor_digest=m["descriptor_digest"],
+            properties=json.loads(m["properties"]) if m["properties"] else {},
+            options=json.loads(m["options"]) if m["options"] else [],
+            deployment=json.loads(m["deployment"]) if m["deployment"] else None,
+            placement=json.loads(m["placement"]) if m["placement"] else None,
+            client_token=m["client_token"], request_digest=m["request_digest"],
+            init_token=m["init_token"], event_seq=m["event_seq"])
+
+
+@dataclass
+class View:
+    id: str
+    app_id: str
+    portal: str
+
+
+@dataclass
+class Component:
+    app_id: str
+    path: str
+    type: str
+    parent: str | None
+    position: int
+    optional: bool
+    oneshot: bool
+    host: str | None
+    provider: str | None
+    desired: str
+    observed: str
+    generation: int
+    pid: int | None = None
+    pid_start: str | None = None
+    workdir: str | None = None
+    exit_code: int | None = None
+    exit_signal: str | None = None
+    restarts: int = 0
+    runtime: dict = field(default_factory=dict)
+    info: str | None = None
+    updated: float = 0.0
+
+    @classmethod
+    def from_row(cls, row: Any) -> "Component":
+        m = dict(row._mapping)
+        m["runtime"] = json.loads(m["runtime"]) if m.get("runtime") else {}
+        return cls(**m)
+
+
+APP_COLUMNS = [c for c in applications.c if c.name != "descriptor"]
+
+
+def new_id() -> str:
+    return "urn:uuid:" + str(uuid.uuid4())
+
+
+# -- applications ----------------------------------------------------------------------------
+def get_app(conn: Connection, app_id: str) -> App | None:
+    row = conn.execute(select(*APP_COLUMNS).where(applications.c.id == app_id)).first()
+    return App.from_row(row) if row else None
+
+
+def app_by_name(conn: Connection, name: str) -> App | None:
+    row = conn.execute(select(*APP_COLUMNS).where(applications.c.name == name)).first()
+    return App.from_row(row) if row else None
+
+
+def app_by_token(conn: Connection, token: str) -> App | None:
+    row = conn.execute(select(*APP_COLUMNS).where(applications.c.client_token == token)).first()
+    return App.from_row(row) if row else None
+
+
+def descriptor_text(conn: Connection, app_id: str) -> str | None:
+    return conn.execute(select(applications.c.descriptor).where(applications.c.id == app_id)).scalar()
+
+
+JSON_COLUMNS = ("termination_info", "properties", "options", "deployment", "placement")
+
+
+def _encode(values: dict[str, Any]) -> dict[str, Any]:
+    for key in JSON_COLUMNS:
+        if key in values and values[key] is not None and not isinstance(values[key], str):
+            values[key] = json.dumps(values[key], sort_keys=True)
+    return values
+
+
+def insert_app(conn: Connection, **values: Any) -> None:
+    conn.execute(insert(applications).values(**_encode(values)))
+
+
+def update_app(conn: Connection, app_id: str, **values: Any) -> int:
+    return conn.execute(update(applications).where(applications.c.id == app_id)
+                        .values(**_encode(values))).rowcount
+
+
+def count_by_state(conn: Connection) -> dict[str, int]:
+    rows = conn.execute(select(applications.c.state, func.count()).group_by(applications.c.state))
+    return {state: n for state, n in rows}
+
+
+def delete_app(conn: Connection, app_id: str) -> None:
+    # children first, so the order is right on every database
+    for table in (work, components, history, views):
+        conn.execute(delete(table).where(table.c.app_id == app_id))
+    conn.execute(delete(applications).where(applications.c.id == app_id))
+
+
+# -- views ------------------------------------------------------------------------------------
+def new_view(conn: Connection, app_id: str, portal: str, now: float) -> View:
+    view = View(uuid.uuid4().hex, app_id, portal)
+    conn.execute(insert(views).values(id=view.id, app_id=app_id, portal=portal, created=now))
+    return view
+
+
+def get_view(conn: Connection, view_id: str) -> View | None:
+    row = conn.execute(select(views.c.id, views.c.app_id, views.c.portal)
+                       .where(views.c.id == view_id)).first()
+    return View(*row) if row else None
+
+
+def view_for(conn: Connection, app_id: str, portal: str) -> View | None:
+    row = conn.execute(select(views.c.id, views.c.app_id, views.c.portal)
+                       .where(views.c.app_id == app_id, views.c.portal == portal)
+                       .order_by(views.c.created).limit(1)).first()
+    return View(*row) if row else None
+
+
+def all_views(conn: Connection, portal: str) -> list[tuple[str, View | None]]:
+    """Every application with its oldest view through ``portal`` (None when it has none)."""
+    first = (select(views.c.app_id, func.min(views.c.created).label("created"))
+             .where(views.c.portal == portal).group_by(views.c.app_id).subquery())
+    rows = conn.execute(
+        select(applications.c.id, views.c.id, views.c.portal)
+        .select_from(applications.outerjoin(first, first.c.app_id == applications.c.id)
+                     .outerjoin(views, (views.c.app_id == first.c.app_id)
+                                & (views.c.created == first.c.created)
+                                & (views.c.portal == portal)))
+        .order_by(applications.c.created, applications.c.id))
+    seen: dict[str, View | None] = {}
+    for app_id, view_id, view_portal in rows:
+        if app_id not in seen or seen[app_id] is None:
+            seen[app_id] = View(view_id, app_id, view_portal) if view_id else None
+    return list(seen.items())
+
+
+def delete_view(conn: Connection, view_id: str) -> int:
+    return conn.execute(delete(views).where(views.c.id == view_id)).rowcount
+
+
+# -- lifecycle --------------------------------------------------------------------------------
+def record_state(conn: Connection, app: App, state: str, now: float, info: str | None = None,
+                 termination: dict | None = None) -> App:
+    """Enter ``state``: the application row, a history row and a lifecycle event, together.
+    The event sequence is the history sequence (per application, from 1, no gaps)."""
+    seq = app.event_seq + 1
+    values: dict[str, Any] = {"state": state, "event_seq": seq}
+    if info is not None:
+        values["state_info"] = info
+    if state == lifecycle.RUNNING and app.started is None:
+        values["started"] = now
+    if state == lifecycle.TERMINATED:
+        values["terminated"] = now
+    if termination is not None:
+        values["termination_info"] = termination
+    update_app(conn, app.id, **values)
+    conn.execute(insert(history).values(app_id=app.id, seq=seq, state=state, at=now, info=info))
+    payload = {"ResourceId": app.id, "name": app.name, "state": state,
+               "previousState": app.state if seq > 1 else None, "timestamp": now, "sequence": seq,
+               "stateInfo": info,
+               "terminationInfo": (termination or app.termination_info)
+               if state in (lifecycle.FAILED, lifecycle.TERMINATED) else None}
+    add_event(conn, app.id, LIFECYCLE_TOPIC, seq, payload, now)
+    app.state, app.event_seq = state, seq
+    app.state_info = info if info is not None else app.state_info
+    if termination is not None:
+        app.termination_info = termination
+    if state == lifecycle.RUNNING and app.started is None:
+        app.started = now
+    if state == lifecycle.TERMINATED:
+        app.terminated = now
+    return app
+
+
+def add_event(conn: Connection, producer: str, topic: str, seq: int, payload: dict,
+              now: float) -> None:
+    conn.execute(insert(events).values(producer=producer, topic=topic, seq=seq,
+                                       message=json.dumps(payload, sort_keys=True), created=now,
+                                       fanned_out=False))
+
+
+def get_history(conn: Connection, app_id: str) -> list[tuple[int, str, float, str | None]]:
+    return [tuple(r) for r in conn.execute(
+        select(history.c.seq, history.c.state, history.c.at, history.c.info)
+        .where(history.c.app_id == app_id).order_by(history.c.seq))]
+
+
+# -- components -------------------------------------------------------------------------------
+def get_components(conn: Connection, app_id: str) -> list[Component]:
+    rows = conn.execute(select(components).where(components.c.app_id == app_id)
+                        .order_by(components.c.path))
+    return [Component.from_row(r) for r in rows]
+
+
+def get_component(conn: Connection, app_id: str, path: str) -> Component | None:
+    row = conn.execute(select(components).where(components.c.app_id == app_id,
+                                                components.c.path == path)).first()
+    return Component.from_row(row) if row else None
+
+
+def insert_components(conn: Connection, rows: list[dict]) -> None:
+    if rows:
+        conn.execute(insert(components), rows)
+
+
+def update_component(conn: Connection, app_id: str, path: str, **values: Any) -> int:
+    if "runtime" in values and not isinstance(values["runtime"], (str, type(None))):
+        values["runtime"] = json.dumps(values["runtime"], sort_keys=True)
+    return conn.execute(update(components).where(components.c.app_id == app_id,
+                                                 components.c.path == path)
+                        .values(**values)).rowcount

@@ -1,0 +1,470 @@
+"""The use cases of the Deployment API: one method per operation, one transaction per change.
+
+Everything that can fail on bad input (options, descriptor parsing, property resolution,
+placement) happens before the write transaction, so an error leaves the store untouched.
+The transaction then re-checks the lifecycle table, because another request may have changed
+the application meanwhile.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from lxml import etree
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from cddlm import xmlsafe
+from cddlm.application import descriptors, lifecycle, options as opts
+from cddlm.application import repository as repo
+from cddlm.application.enactment import queue, states
+from cddlm.application.enactment.reconcile import reconcile
+from cddlm.application.hosts import Hosts
+from cddlm.application.loader import Loader
+from cddlm.application.placing import Placer
+from cddlm.application.store import Store
+from cddlm.application.tables import components as components_table, hosts as hosts_table
+from cddlm.config import Settings
+from cddlm.errors import (BadArgument, NoSuchApplication, ResolutionError, ResourceUnknown,
+                          UnableToSetTerminationTime)
+from cddlm.lang import library, registry
+from cddlm.lang.model import Deployment
+from cddlm.xsdtypes import parse_time
+
+APP_PATH = "/cddlm/applications/"
+
+
+@dataclass
+class DescriptorInput:
+    language: str
+    version: str | None = None
+    body: etree._Element | None = None
+    text: str | None = None
+    reference: str | None = None
+
+
+@dataclass
+class Ping:
+    state: str
+    state_info: str | None
+    termination_info: dict | None
+    health: list[dict]
+
+
+class Service:
+    def __init__(self, store: Store, settings: Settings, hosts: Hosts | None = None, *,
+                 clock: Callable[[], float] = time.time, engine: Any = None,
+                 placer: Placer | None = None):
+        self.store = store
+        self.settings = settings
+        self.hosts = hosts or Hosts.default()
+        self.clock = clock
+        self.engine = engine
+        self.placer = placer or Placer(self.hosts)
+        self.on_events: list[Callable[[], None]] = []   # notified after events commit
+        self.subscriptions: Any = None                   # set by the composition root (notify)
+
+    def _after(self, work: bool = False, events: bool = True) -> None:
+        if work and self.engine is not None:
+            self.engine.wake()
+        if events:
+            for callback in self.on_events:
+                callback()
+
+    # -- portal operations ----------------------------------------------------------------------
+    def create(self, name: str | None, hostname: str | None, options: list[opts.Option],
+               portal: str) -> tuple[repo.App, repo.View]:
+        understood = opts.check(options, "create")
+        now = self.clock()
+        token = understood.get(opts.CLIENT_TOKEN)
+        digest = _digest({"name": name, "hostname": hostname,
+                          "options": sorted((o.name, o.kind, o.text) for o in options
+                                            if o.name != opts.CLIENT_TOKEN)})
+        termination_time = self._termination_option(understood, now)
+        subscribe = understood.get(opts.SUBSCRIBE)
+        prepared = self.subscriptions.prepare(subscribe, now) if subscribe and self.subscriptions else None
+        for attempt in (1, 2):
+            try:
+                with self.store.write() as conn:
+                    if token is not None:
+                        existing = repo.app_by_token(conn, token.value)
+                        if existing is not None:
+                            if existing.request_digest != digest:
+                                raise BadArgument("client token %r was already used with different "
+                                                  "arguments" % token.value)
+                            view = repo.view_for(conn, existing.id, portal) or \
+                                repo.new_view(conn, existing.id, portal, now)
+                            return existing, view
+                    if name and repo.app_by_name(conn, name) is not None:
+                        raise BadArgument("an application named %r already exists" % name)
+                    app_id = repo.new_id()
+                    repo.insert_app(conn, id=app_id, name=name, hostname=hostname,
+                                    state=lifecycle.INSTANTIATED, desired=lifecycle.INSTANTIATED,
+                                    generation=0, created=now, termination_time=termination_time,
+                                    client_token=token.value if token else None,
+                                    request_digest=digest, options=_options_json(options),
+                                    event_seq=0)
+                    view = repo.new_view(conn, app_id, portal, now)
+                    if prepared is not None:
+                        self.subscriptions.insert(conn, prepared, app_id, view, portal, now)
+                    app = repo.get_app(conn, app_id)
+                    app = repo.record_state(conn, app, lifecycle.INSTANTIATED, now)
+                    repo.add_event(conn, repo.PORTAL_PRODUCER, repo.CREATED_TOPIC, 0,
+                                   {"ResourceId": app_id, "name": name, "timestamp": now,
+                                    "view": view.id, "portal": portal}, now)
+                break
+            except IntegrityError:
+                if attempt == 2 or token is None:
+                    raise BadArgument("an application named %r already exists" % name) from None
+        self._after()
+        return app, view
+
+    def lookup(self, portal: str, resource_id: str | None = None,
+               name: str | None = None) -> repo.View:
+        with self.store.read() as conn:
+            app = repo.get_app(conn, resource_id) if resource_id else repo.app_by_name(conn, name or "")
+            if app is None:
+                raise NoSuchApplication("no application %s" % (
+                    ("with id %s" % resource_id) if resource_id else ("named %r" % name)))
+            view = repo.view_for(conn, app.id, portal)
+        if view is not None:
+            return view
+        return self._bind(app.id, portal)
+
+    def _bind(self, app_id: str, portal: str) -> repo.View:
+        with self.store.write() as conn:
+            if repo.get_app(conn, app_id) is None:
+                raise NoSuchApplication("no application with id %s" % app_id)
+            return repo.view_for(conn, app_id, portal) or repo.new_view(conn, app_id, portal,
+                                                                        self.clock())
+
+    def rebind(self, portal: str, address: str, resource_id: str | None) -> repo.View:
+        address = (address or "").strip()
+        view_id = address.rsplit(APP_PATH, 1)[1].split("?")[0].strip("/") if APP_PATH in address else None
+        with self.store.read() as conn:
+            view = repo.get_view(conn, view_id) if view_id else None
+            if resource_id is None and view is not None:
+                resource_id = view.app_id
+            if resource_id is None:
+                raise NoSuchApplication("the reference %s names no application this portal knows"
+                                        % (address or "(no address)"))
+            if repo.get_app(conn, resource_id) is None:
+                raise NoSuchApplication("no application with id %s" % resource_id)
+            if view is not None and view.app_id != resource_id:
+                raise BadArgument("the reference's address and ResourceId name different applications")
+            if view is not None and address.startswith(portal.rstrip("/") + APP_PATH) \
+                    and view.portal == portal:
+                return view
+            mine = repo.view_for(conn, resource_id, portal)
+        return mine or self._bind(resource_id, portal)
+
+    def applications(self, portal: str) -> list[repo.View]:
+        with self.store.read() as conn:
+            pairs = repo.all_views(conn, portal)
+        return [view if view is not None else self._bind(app_id, portal) for app_id, view in pairs]
+
+    def dynamic_info(self) -> dict:
+        from cddlm.application.tables import deliveries
+        from sqlalchemy import func
+        with self.store.read() as conn:
+            counts = repo.count_by_state(conn)
+            pending = queue.depth(conn)
+            undelivered = conn.execute(select(func.count()).select_from(deliveries)).scalar() or 0
+            down = {n: r for n, d, r in conn.execute(select(hosts_table.c.name, hosts_table.c.down,
+                                                            hosts_table.c.reason)) if d}
+            used = self._used_capacity(conn)
+        hosts = []
+        for h in self.hosts.hosts.values():
+            free = {k: float(v) - used.get(h.name, {}).get(k, 0.0) for k, v in h.capacity.items()}
+            hosts.append({"name": h.name, "agent": h.agent, "down": h.name in down, "free": free})
+        return {"counts": counts, "pending": pending, "undelivered": undelivered, "hosts": hosts}
+
+    # -- application operations -----------------------------------------------------------------
+    def app_for_view(self, view_id: str, resource_id: str | None = None) -> repo.App:
+        with self.store.read() as conn:
+            view = repo.get_view(conn, view_id)
+            app = repo.get_app(conn, view.app_id) if view else None
+        if view is None or app is None or (resource_id and resource_id != view.app_id):
+            raise ResourceUnknown("no application view %s" % view_id)
+        return app
+
+    def get(self, app_id: str) -> repo.App:
+        with self.store.read() as conn:
+            app = repo.get_app(conn, app_id)
+        if app is None:
+            raise ResourceUnknown("application %s does not exist" % app_id)
+        return app
+
+    def history(self, app_id: str) -> list[tuple]:
+        with self.store.read() as conn:
+            return repo.get_history(conn, app_id)
+
+    def initialize(self, app_id: str, descriptor: DescriptorInput, properties: list[tuple[str, str]],
+                   options: list[opts.Option]) -> None:
+        understood = opts.check(options, "initialize")
+        now = self.clock()
+        props: dict[str, str] = {}
+        if len(properties) > self.settings.limits.max_properties:
+            raise BadArgument("more than %d properties" % self.settings.limits.max_properties)
+        for pname, value in properties:
+            if pname in props:
+                raise BadArgument("deploy-time property %s is given more than once" % pname)
+            props[pname] = value
+        app = self.get(app_id)
+        token = understood.get(opts.CLIENT_TOKEN)
+        source, text = self._descriptor_source(descriptor)
+        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        init_key = _digest({"digest": digest, "language": descriptor.language, "properties": props,
+                            "options": sorted((o.name, o.text) for o in options)})
+        if token is not None and app.init_token:
+            previous_token, _, previous_key = app.init_token.partition(" ")
+            if previous_token == token.value:
+                if previous_key != init_key:
+                    raise BadArgument("client token %r was already used with different arguments"
+                                      % token.value)
+                return  # the same initialize again: already accepted, nothing more to do
+        lifecycle.check_operation("initialize", app.state, app.desired)
+        termination_time = self._termination_option(understood, now)
+        result = descriptors.resolve(source, descriptor.language, base_url=descriptor.reference,
+                                     properties=props, import_path=self.settings.import_path,
+                                     allowed_prefixes=self.settings.allowed_import_prefixes,
+                                     limits=self.settings.limits, version=descriptor.version)
+        deployment = result.deployment
+        with self.store.read() as conn:
+            used = self._used_capacity(conn)
+        placement = self.placer.place(deployment, used)
+        validate_only = understood.get(opts.VALIDATE_ONLY)
+        if validate_only is not None and validate_only.value:
+            return
+        rows = _component_rows(app_id, deployment, placement, now)
+        with self.store.write() as conn:
+            app = repo.get_app(conn, app_id)
+            if app is None:
+                raise ResourceUnknown("application %s does not exist" % app_id)
+            lifecycle.check_operation("initialize", app.state, app.desired)
+            values: dict[str, Any] = dict(
+                language=descriptor.language, descriptor=text, descriptor_digest="sha256:" + digest,
+                properties=props, options=_options_json(options), deployment=deployment.to_json(),
+                placement={"components": placement}, desired=lifecycle.INITIALIZED,
+                generation=app.generation + 1,
+                init_token=(token.value + " " + init_key) if token else None)
+            if termination_time is not None:
+                values["termination_time"] = termination_time
+            repo.update_app(conn, app_id, **values)
+            repo.insert_components(conn, [dict(r, generation=app.generation + 1) for r in rows])
+            _, added = reconcile(conn, app_id, now)
+        self._after(work=added)
+
+    def _descriptor_source(self, d: DescriptorInput) -> tuple[Any, str]:
+        lang = registry.get(d.language, d.version)
+        if d.reference is not None:
+            data = Loader(self.settings.import_path, self.settings.allowed_import_prefixes)(d.reference)
+            text = data.decode("utf-8", errors="replace")
+            return (data if lang.body == "xml" else text), text
+        if d.body is not None:
+            if lang.body != "xml":
+                raise BadArgument("language %s takes its descriptor as text, not as an XML body"
+                                  % d.language)
+            return d.body, etree.tostring(d.body, encoding="unicode")
+        if d.text is not None:
+            if lang.body == "xml":
+                return xmlsafe.parse(d.text.encode("utf-8"),
+                                     max_bytes=self.settings.limits.max_body_bytes,
+                                     max_depth=self.settings.limits.max_xml_depth), d.text
+            return d.text, d.text
+        raise BadArgument("the descriptor has neither body, text nor reference")
+
+    def _termination_option(self, understood: dict, now: float) -> float | None:
+        opt = understood.get(opts.TERMINATION_TIME)
+        if opt is None:
+            return None
+        when = parse_time(str(opt.value), now)
+        if when <= now:
+            raise BadArgument("termination time %s is in the past" % opt.value)
+        return when
+
+    def _used_capacity(self, conn) -> dict[str, dict[str, float]]:
+        """Capacity held by applications that are not terminated, per provider."""
+        from cddlm.application.tables import applications
+        used: dict[str, dict[str, float]] = {}
+        if self.hosts.datacenter is None:
+            return used
+        rows = conn.execute(select(applications.c.placement, applications.c.deployment)
+                            .where(applications.c.state != lifecycle.TERMINATED,
+                                   applications.c.placement.is_not(None)))
+        for placement_json, deployment_json in rows:
+            placement = json.loads(placement_json).get("components", {})
+            tree = Deployment.from_json(json.loads(deployment_json or "{}"))
+            for path, where in placement.items():
+                comp = tree.find(path)
+                demand = (comp.attributes.get("demand") if comp else None) or {}
+                slot = used.setdefault(where.get("provider") or where.get("host"), {})
+                for dim, amount in demand.items():
+                    slot[dim] = slot.get(dim, 0.0) + float(amount)
+        return used
+
+    def _intent(self, app_id: str, operation: str, reason: str | None = None) -> None:
+        now = self.clock()
+        with self.store.write() as conn:
+            app = repo.get_app(conn, app_id)
+            if app is None:
+                raise ResourceUnknown("application %s does not exist" % app_id)
+            if operation == "terminate":
+                if app.state == lifecycle.TERMINATED or app.desired == lifecycle.TERMINATED:
+                    return
+                info = app.termination_info if app.state == lifecycle.FAILED else {
+                    "normal": True, "reason": reason or "terminated on request", "time": now}
+            else:
+                lifecycle.check_operation(operation, app.state, app.desired)
+                info = None
+            generation = app.generation + 1
+            values: dict[str, Any] = {"desired": lifecycle.INTENT[operation], "generation": generation}
+            if info is not None:
+                values["termination_info"] = info
+            repo.update_app(conn, app_id, **values)
+            conn.execute(components_table.update().where(components_table.c.app_id == app_id)
+                         .values(desired="running" if operation == "run" else "stopped",
+                                 generation=generation))
+            queue.supersede(conn, app_id, generation)
+            _, added = reconcile(conn, app_id, now)
+        self._after(work=added)
+
+    def run(self, app_id: str) -> None:
+        self._intent(app_id, "run")
+
+    def terminate(self, app_id: str, reason: str | None = None) -> None:
+        self._intent(app_id, "terminate", reason)
+
+    def destroy(self, app_id: str) -> None:
+        with self.store.write() as conn:
+            app = repo.get_app(conn, app_id)
+            if app is None:
+                raise ResourceUnknown("application %s does not exist" % app_id)
+            lifecycle.check_operation("destroy", app.state, app.desired)
+            if self.subscriptions is not None:
+                self.subscriptions.producer_gone(conn, app_id, self.clock())
+            repo.delete_app(conn, app_id)
+        if self.engine is not None:
+            self.engine.remove_app_files(app_id)
+
+    def destroy_view(self, view_id: str) -> None:
+        with self.store.write() as conn:
+            if repo.delete_view(conn, view_id) == 0:
+                raise ResourceUnknown("no application view %s" % view_id)
+
+    def set_termination_time(self, app_id: str, when: float | None) -> float | None:
+        now = self.clock()
+        with self.store.write() as conn:
+            app = repo.get_app(conn, app_id)
+            if app is None:
+                raise ResourceUnknown("application %s does not exist" % app_id)
+            if app.state == lifecycle.TERMINATED and when is not None:
+                raise UnableToSetTerminationTime("application %s has already terminated" % app_id)
+            repo.update_app(conn, app_id, termination_time=when)
+        if when is not None and when <= now:
+            self.terminate(app_id, "termination time reached")
+        return when
+
+    def expire(self) -> int:
+        """Terminate applications whose scheduled termination time has passed (scheduled job)."""
+        from cddlm.application.tables import applications
+        now = self.clock()
+        with self.store.read() as conn:
+            due = [r[0] for r in conn.execute(
+                select(applications.c.id).where(applications.c.termination_time <= now,
+                                                applications.c.desired != lifecycle.TERMINATED))]
+        for app_id in due:
+            try:
+                self.terminate(app_id, "termination time reached")
+            except ResourceUnknown:
+                pass
+        return len(due)
+
+    def ping(self, app_id: str) -> Ping:
+        health = self.engine.check_app(app_id) if self.engine is not None else []
+        app = self.get(app_id)
+        if not health:
+            with self.store.read() as conn:
+                health = [{"path": c.path, "type": c.type, "host": c.host, "state": c.observed,
+                           "healthy": c.observed != states.FAILED, "pid": c.pid,
+                           "restarts": c.restarts, "detail": c.info or ""}
+                          for c in repo.get_components(conn, app_id)]
+        return Ping(app.state, app.state_info, app.termination_info, health)
+
+    def resolve(self, app_id: str, path: str) -> Any:
+        """A component (a dict of its attributes and runtime values) or one value, by path."""
+        app = self.get(app_id)
+        path = (path or "").strip().strip("/")
+        if not app.deployment:
+            raise ResolutionError("application %s has no component tree yet (initialize it first)"
+                                  % app_id, kind="not-initialized", path=path)
+        tree = Deployment.from_json(app.deployment)
+        with self.store.read() as conn:
+            comps = repo.get_components(conn, app_id)
+        from cddlm.application.enactment.values import HostValues
+        rows = {c.path: c for c in comps}
+        node = tree.find(path) if path else None
+        host_of = lambda p: (rows[p].host if p in rows else "") or ""
+        workdir = lambda p: rows[p].workdir if p in rows and rows[p].workdir else ""
+        if node is not None:
+            values = HostValues(app, tree, rows, host_of(path), path, workdir)
+            out = {}
+            for key, value in node.attributes.items():
+                try:
+                    out[key] = values.value(value)
+                except ResolutionError:
+                    out[key] = None
+            for name in ("pid", "host", "workdir", "port", "state", "exit_code"):
+                if name not in out:
+                    runtime = values.runtime(path, name)
+                    if runtime is not None:
+                        out[name] = runtime
+            return out
+        comp_path = path.rpartition("/")[0]
+        values = HostValues(app, tree, rows, host_of(comp_path), comp_path, workdir)
+        return values.reference(path)
+
+    # -- hosts --------------------------------------------------------------------------------
+    def mark_host(self, name: str, down: bool, reason: str | None = None) -> None:
+        if name not in self.hosts:
+            raise BadArgument("unknown host %r (hosts: %s)" % (name, ", ".join(self.hosts.names())))
+        now = self.clock()
+        with self.store.write() as conn:
+            updated = conn.execute(hosts_table.update().where(hosts_table.c.name == name)
+                                   .values(down=down, reason=reason, updated=now)).rowcount
+            if not updated:
+                conn.execute(hosts_table.insert().values(name=name, down=down, reason=reason,
+                                                         updated=now))
+        if down and self.engine is not None:
+            self.engine.check_all()
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _options_json(options: list[opts.Option]) -> list[dict]:
+    return [{"name": o.name, "mustUnderstand": o.must_understand, "kind": o.kind, "value": o.text}
+            for o in options]
+
+
+def _component_rows(app_id: str, deployment: Deployment, placement: dict, now: float) -> list[dict]:
+    rows = []
+
+    def visit(comp, path: str, parent: str | None, position: int) -> None:
+        where = placement.get(path, {})
+        rows.append(dict(app_id=app_id, path=path, type=comp.type, parent=parent, position=position,
+                         optional=bool(comp.attributes.get("optional")),
+                         oneshot=bool(comp.attributes.get("run_to_completion")),
+                         host=where.get("host"), provider=where.get("provider"),
+                         desired="deployed", observed=states.PENDING, restarts=0, updated=now))
+        for i, child in enumerate(comp.children):
+            visit(child, path + "/" + child.name, path, i)
+
+    for i, root in enumerate(deployment.components):
+        visit(root, root.name, None, i)
+    return rows

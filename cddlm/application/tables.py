@@ -1,0 +1,173 @@
+"""The database schema: every table the portal keeps. Changes go through Alembic migrations
+(``cddlm/application/migrations``); this module is the model those migrations create.
+
+Times are UTC seconds since the epoch (float): portable between SQLite and PostgreSQL and
+cheap to compare in claim queries. JSON columns hold plain data written by this package.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (Boolean, Column, Float, ForeignKey, Index, Integer, MetaData, String,
+                        Table, Text, UniqueConstraint)
+
+metadata = MetaData(naming_convention={
+    "ix": "ix_%(table_name)s_%(column_0_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s",
+    "pk": "pk_%(table_name)s",
+})
+
+applications = Table(
+    "applications", metadata,
+    Column("id", String(64), primary_key=True),            # urn:uuid:...
+    Column("name", String(256), nullable=True, unique=True),
+    Column("hostname", String(256), nullable=True),
+    Column("state", String(16), nullable=False),            # observed lifecycle state
+    Column("desired", String(16), nullable=False),          # last intent: instantiated..terminated
+    Column("generation", Integer, nullable=False, default=0),   # bumped by every new intent
+    Column("state_info", Text, nullable=True),
+    Column("termination_info", Text, nullable=True),        # JSON
+    Column("created", Float, nullable=False),
+    Column("started", Float, nullable=True),
+    Column("terminated", Float, nullable=True),
+    Column("termination_time", Float, nullable=True),       # WS-RL scheduled termination
+    Column("language", String(512), nullable=True),
+    Column("descriptor", Text, nullable=True),
+    Column("descriptor_digest", String(80), nullable=True),
+    Column("properties", Text, nullable=True),              # JSON {name: value}
+    Column("options", Text, nullable=True),                 # JSON [option, ...] as given
+    Column("deployment", Text, nullable=True),              # JSON: the resolved component tree
+    Column("placement", Text, nullable=True),               # JSON: {path: {host, provider}}, audit
+    Column("client_token", String(256), nullable=True, unique=True),
+    Column("request_digest", String(80), nullable=True),
+    Column("init_token", String(256), nullable=True),
+    Column("event_seq", Integer, nullable=False, default=0),    # last lifecycle event sequence
+)
+Index("ix_applications_termination_time", applications.c.termination_time)
+
+views = Table(
+    "views", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("app_id", String(64), ForeignKey("applications.id", ondelete="CASCADE"), nullable=False),
+    Column("portal", String(512), nullable=False),           # base URL the view is bound to
+    Column("created", Float, nullable=False),
+)
+Index("ix_views_app_id", views.c.app_id)
+
+history = Table(
+    "history", metadata,
+    Column("app_id", String(64), ForeignKey("applications.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("state", String(16), nullable=False),
+    Column("at", Float, nullable=False),
+    Column("info", Text, nullable=True),
+)
+
+components = Table(
+    "components", metadata,
+    Column("app_id", String(64), ForeignKey("applications.id", ondelete="CASCADE"),
+           primary_key=True),
+    Column("path", String(1024), primary_key=True),
+    Column("type", String(32), nullable=False),
+    Column("parent", String(1024), nullable=True),
+    Column("position", Integer, nullable=False, default=0),  # order among siblings
+    Column("optional", Boolean, nullable=False, default=False),
+    Column("oneshot", Boolean, nullable=False, default=False),   # run_to_completion
+    Column("host", String(256), nullable=True),
+    Column("provider", String(256), nullable=True),
+    Column("desired", String(16), nullable=False),           # absent | deployed | running | stopped
+    Column("observed", String(16), nullable=False),          # see enactment/states.py
+    Column("generation", Integer, nullable=False, default=0),
+    Column("pid", Integer, nullable=True),
+    Column("pid_start", String(32), nullable=True),          # process start time (clock ticks)
+    Column("workdir", String(1024), nullable=True),
+    Column("exit_code", Integer, nullable=True),
+    Column("exit_signal", String(16), nullable=True),
+    Column("restarts", Integer, nullable=False, default=0),
+    Column("runtime", Text, nullable=True),                  # JSON: resolved lazy values, port ...
+    Column("info", Text, nullable=True),
+    Column("updated", Float, nullable=False),
+)
+Index("ix_components_host", components.c.host)
+
+work = Table(
+    "work", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("app_id", String(64), ForeignKey("applications.id", ondelete="CASCADE"), nullable=False),
+    Column("path", String(1024), nullable=False),
+    Column("action", String(16), nullable=False),            # deploy | start | stop | probe
+    Column("generation", Integer, nullable=False),
+    Column("owner", String(64), nullable=True),               # engine id holding the lease
+    Column("lease_expires", Float, nullable=True),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("not_before", Float, nullable=False),
+    Column("created", Float, nullable=False),
+    UniqueConstraint("app_id", "path", "action", "generation", name="uq_work_item"),
+)
+Index("ix_work_claim", work.c.not_before, work.c.lease_expires)
+
+events = Table(                                              # the outbox
+    "events", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("producer", String(64), nullable=False),           # application id, or "portal"
+    Column("topic", String(256), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("message", Text, nullable=False),                  # the wsnt:Message payload (XML)
+    Column("created", Float, nullable=False),
+    Column("fanned_out", Boolean, nullable=False, default=False),
+)
+Index("ix_events_producer", events.c.producer, events.c.seq)
+Index("ix_events_fanned_out", events.c.fanned_out)
+
+subscriptions = Table(
+    "subscriptions", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("producer", String(64), nullable=False),           # application id, or "portal"
+    Column("producer_view", String(64), nullable=True),       # the view it was made through
+    Column("portal", String(512), nullable=False),            # base URL of the manager EPR
+    Column("topic", String(256), nullable=False),
+    Column("topic_expression", Text, nullable=False),         # as given (XML)
+    Column("dialect", String(256), nullable=False),
+    Column("consumer", Text, nullable=False),                 # the consumer EPR (XML)
+    Column("consumer_address", String(2048), nullable=False),
+    Column("message_filter", Text, nullable=True),            # XPath 1.0 over the message
+    Column("filter_xml", Text, nullable=True),                # the Filter element as given
+    Column("use_raw", Boolean, nullable=False, default=False),
+    Column("created", Float, nullable=False),
+    Column("termination_time", Float, nullable=True),
+    Column("paused", Boolean, nullable=False, default=False),
+    Column("status", String(16), nullable=False),             # active | failed | ended
+    Column("failure", Text, nullable=True),
+)
+Index("ix_subscriptions_producer", subscriptions.c.producer)
+
+deliveries = Table(
+    "deliveries", metadata,
+    Column("subscription_id", String(64),
+           ForeignKey("subscriptions.id", ondelete="CASCADE"), primary_key=True),
+    Column("event_id", Integer, ForeignKey("events.id", ondelete="CASCADE"), primary_key=True),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_attempt", Float, nullable=False),
+    Column("first_attempt", Float, nullable=True),
+    Column("owner", String(64), nullable=True),
+    Column("lease_expires", Float, nullable=True),
+    Column("last_error", Text, nullable=True),
+)
+Index("ix_deliveries_next", deliveries.c.next_attempt)
+
+hosts = Table(
+    "hosts", metadata,
+    Column("name", String(256), primary_key=True),
+    Column("down", Boolean, nullable=False, default=False),
+    Column("reason", Text, nullable=True),
+    Column("updated", Float, nullable=False),
+)
+
+engines = Table(                                             # portals sharing this store
+    "engines", metadata,
+    Column("id", String(64), primary_key=True),
+    Column("url", String(512), nullable=True),
+    Column("started", Float, nullable=False),
+    Column("heartbeat", Float, nullable=False),
+)

@@ -1,0 +1,346 @@
+"""The operation tables of the portal and application endpoints, and their handlers.
+
+A handler takes a ``soap.Request`` (a schema-valid body) and returns the response body
+element; it raises domain errors, which ``faults`` turns into SOAP faults. The tables map
+the body element's QName to the handler and the response's wsa:Action (CONTRACT sections 3-4).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from lxml import etree
+
+from cddlm import __version__, ns, wsa
+from cddlm.application import options as opts
+from cddlm.application.repository import App
+from cddlm.application.service import Service
+from cddlm.errors import BadArgument, ResourceUnknown
+from cddlm.lang import registry
+from cddlm.portal import messages as m
+from cddlm.portal import properties as rp
+from cddlm.portal.soap import Endpoint, Operation, Request
+from cddlm.xsdtypes import format_datetime, format_duration, parse_duration
+
+API, RPNS, RL, WSNT = ns.API, ns.WSRF_RP, ns.WSRF_RL, ns.WSNT
+RPW = "http://docs.oasis-open.org/wsrf/rpw-2/"
+RLW = "http://docs.oasis-open.org/wsrf/rlw-2/"
+STATES = ("instantiated", "initialized", "running", "failed", "terminated")
+LIFECYCLE_TOPIC = "{%s}Lifecycle" % API
+CREATED_TOPIC = "{%s}ApplicationCreated" % API
+
+
+def api_action(port_type: str, op: str) -> str:
+    return "%s/%s/%sResponse" % (ns.API_WSDL, port_type, op)
+
+
+def _q(namespace: str, local: str) -> str:
+    return "{%s}%s" % (namespace, local)
+
+
+def topic_element(topic: str, dialect: str = ns.TOPIC_SIMPLE) -> etree._Element:
+    qn = etree.QName(topic)
+    el = etree.Element(_q(WSNT, "Topic"), nsmap={"wsnt": WSNT, "api": qn.namespace})
+    el.set("Dialect", dialect)
+    el.text = "api:" + qn.localname
+    return el
+
+
+def producer_properties(topic: str) -> dict[str, rp.Builder]:
+    def fixed() -> list[etree._Element]:
+        el = etree.Element(_q(WSNT, "FixedTopicSet"), nsmap={"wsnt": WSNT})
+        el.text = "true"
+        return [el]
+
+    def dialects() -> list[etree._Element]:
+        out = []
+        for d in (ns.TOPIC_SIMPLE, ns.TOPIC_CONCRETE):
+            el = etree.Element(_q(WSNT, "TopicExpressionDialect"), nsmap={"wsnt": WSNT})
+            el.text = d
+            out.append(el)
+        return out
+
+    return {_q(WSNT, "Topic"): lambda: [topic_element(topic)],
+            _q(WSNT, "FixedTopicSet"): fixed,
+            _q(WSNT, "TopicExpressionDialect"): dialects}
+
+
+def current_time() -> list[etree._Element]:
+    el = etree.Element(_q(RL, "CurrentTime"), nsmap={"wsrf-rl": RL})
+    el.text = format_datetime(time.time())
+    return [el]
+
+
+class Handlers:
+    def __init__(self, service: Service, started: float, notifications: object | None = None):
+        self.service = service
+        self.started = started
+        self.notifications = notifications   # the notify package's handlers, when present
+
+    # -- portal ---------------------------------------------------------------------------------
+    def create(self, req: Request) -> etree._Element:
+        b = req.body
+        name = m.text(b, "name")
+        app, view = self.service.create(name.strip() if name else None, m.text(b, "hostname"),
+                                        m.options(m.child(b, "options")), req.portal)
+        return m.element("createResponse", m.element("ResourceId", value=app.id),
+                         m.app_reference(view))
+
+    def lookup(self, req: Request) -> etree._Element:
+        rid, name = m.text(req.body, "ResourceId"), m.text(req.body, "name")
+        view = self.service.lookup(req.portal, resource_id=rid.strip() if rid is not None else None,
+                                   name=name.strip() if name is not None else None)
+        return m.element("lookupResponse", m.app_reference(view))
+
+    def rebind(self, req: Request) -> etree._Element:
+        ref = wsa.parse_epr(m.child(req.body, "applicationReference"))
+        if ref is None:
+            raise BadArgument("applicationReference has no Address")
+        view = self.service.rebind(req.portal, ref.address, ref.parameter(m.q("ResourceId")))
+        return m.element("rebindResponse", m.app_reference(view))
+
+    def portal_properties(self, req: Request) -> rp.Properties:
+        return rp.Properties(m.q("portalProperties"), {
+            m.q("staticInfo"): lambda: [self.static_info(req.portal)],
+            m.q("dynamicInfo"): lambda: [self.dynamic_info()],
+            m.q("applications"): lambda: [m.element("applications", *[
+                m.app_reference(v) for v in self.service.applications(req.portal)])],
+            **producer_properties(CREATED_TOPIC),
+            _q(RL, "CurrentTime"): current_time,
+        })
+
+    def static_info(self, portal: str) -> etree._Element:
+        info = m.element("staticInfo")
+        for key, value in (("name", "cddlm"), ("version", __version__), ("build", __version__),
+                           ("home", "https://github.com/cddlm/cddlm"),
+                           ("location", portal.rstrip("/") + "/cddlm/portal")):
+            m.sub(info, key, value)
+        langs = m.sub(info, "languages")
+        for lang in registry.languages():
+            entry = m.sub(langs, "language")
+            m.sub(entry, "name", lang.name)
+            m.sub(entry, "version", lang.version)
+            m.sub(entry, "uri", lang.uri)
+        notes = m.sub(info, "notifications")
+        m.sub(notes, "mechanism", ns.WSNT)
+        options = m.sub(info, "options")
+        for uri in opts.ALL:
+            m.sub(options, "option", uri)
+        return info
+
+    def dynamic_info(self) -> etree._Element:
+        now = time.time()
+        data = self.service.dynamic_info()
+        info = m.element("dynamicInfo")
+        m.sub(info, "time", format_datetime(now))
+        m.sub(info, "uptime", format_duration(now - self.started))
+        for state in STATES:
+            m.sub(info, "applicationCount", data["counts"].get(state, 0)).set("state", state)
+        hosts = m.sub(info, "hosts")
+        for h in data["hosts"]:
+            el = m.sub(hosts, "host")
+            el.set("name", h["name"])
+            el.set("agent", h["agent"])
+            el.set("down", "true" if h["down"] else "false")
+            for dim, amount in h["free"].items():
+                m.sub(el, "free", amount).set("resource", dim)
+        m.sub(info, "pendingWork", data["pending"])
+        m.sub(info, "undeliveredNotifications", data["undelivered"])
+        return info
+
+    # -- application ----------------------------------------------------------------------------
+    def app(self, req: Request) -> App:
+        view_id = req.path.strip("/").split("/")[0]
+        if not view_id:
+            raise ResourceUnknown("the request names no application (address /cddlm/applications/ID)")
+        return self.service.app_for_view(view_id, req.resource_id())
+
+    def initialize(self, req: Request) -> etree._Element:
+        app = self.app(req)
+        b = req.body
+        self.service.initialize(app.id, m.descriptor(m.child(b, "descriptor")),
+                                m.properties(m.child(b, "properties")),
+                                m.options(m.child(b, "options")))
+        return m.element("initializeResponse")
+
+    def run(self, req: Request) -> etree._Element:
+        self.service.run(self.app(req).id)
+        return m.element("runResponse")
+
+    def terminate(self, req: Request) -> etree._Element:
+        reason = m.text(req.body, "reason")
+        self.service.terminate(self.app(req).id, reason.strip() if reason else None)
+        return m.element("terminateResponse")
+
+    def destroy(self, req: Request) -> etree._Element:
+        self.service.destroy(self.app(req).id)
+        return m.element("destroyResponse")
+
+    def ping(self, req: Request) -> etree._Element:
+        result = self.service.ping(self.app(req).id)
+        out = m.element("pingResponse", m.element("state", value=result.state))
+        if result.state_info:
+            out.append(m.element("stateInfo", value=result.state_info))
+        health = m.sub(out, "health")
+        for h in result.health:
+            c = m.sub(health, "component", h.get("detail") or None)
+            for key in ("path", "type", "host", "state"):
+                if h.get(key):
+                    c.set(key, str(h[key]))
+            c.set("healthy", "true" if h["healthy"] else "false")
+            if h.get("pid"):
+                c.set("pid", str(h["pid"]))
+            c.set("restarts", str(h.get("restarts") or 0))
+        if result.termination_info:
+            out.append(m.termination_element(result.termination_info))
+        return out
+
+    def resolve(self, req: Request) -> etree._Element:
+        app = self.app(req)
+        value = self.service.resolve(app.id, m.text(req.body, "path") or "")
+        return m.element("resolveResponse", m.value_element("value", value))
+
+    def destroy_view(self, req: Request) -> etree._Element:
+        view_id = req.path.strip("/").split("/")[0]
+        self.app(req)
+        self.service.destroy_view(view_id)
+        return etree.Element(_q(RL, "DestroyResponse"), nsmap={"wsrf-rl": RL})
+
+    def set_termination_time(self, req: Request) -> etree._Element:
+        app = self.app(req)
+        requested = req.body.find(_q(RL, "RequestedTerminationTime"))
+        duration = req.body.find(_q(RL, "RequestedLifetimeDuration"))
+        now = time.time()
+        if requested is not None:
+            nil = requested.get("{%s}nil" % ns.XSI) in ("true", "1")
+            when = None if nil else _parse_time(requested.text)
+        elif duration is not None:
+            when = now + parse_duration(duration.text or "")
+        else:
+            raise BadArgument("SetTerminationTime needs RequestedTerminationTime or "
+                              "RequestedLifetimeDuration")
+        new = self.service.set_termination_time(app.id, when)
+        out = etree.Element(_q(RL, "SetTerminationTimeResponse"), nsmap={"wsrf-rl": RL, "xsi": ns.XSI})
+        nt = etree.SubElement(out, _q(RL, "NewTerminationTime"))
+        if new is None:
+            nt.set("{%s}nil" % ns.XSI, "true")
+        else:
+            nt.text = format_datetime(new)
+        etree.SubElement(out, _q(RL, "CurrentTime")).text = format_datetime(now)
+        return out
+
+    def app_properties(self, req: Request) -> rp.Properties:
+        app = self.app(req)
+        return rp.Properties(m.q("applicationProperties"), {
+            m.q("name"): lambda: [m.element("name", value=app.name)] if app.name else [],
+            m.q("id"): lambda: [m.element("id", value=app.id)],
+            m.q("deploymentInfo"): lambda: [self.deployment_info(app)],
+            m.q("state"): lambda: [m.element("state", value=app.state)],
+            m.q("stateInfo"): lambda: [m.element("stateInfo", value=app.state_info)] if app.state_info else [],
+            m.q("terminationInfo"): lambda: [m.termination_element(app.termination_info)]
+            if app.termination_info else [],
+            m.q("created"): lambda: [m.timestamp("created", app.created)],
+            m.q("started"): lambda: [m.timestamp("started", app.started)] if app.started else [],
+            m.q("terminated"): lambda: [m.timestamp("terminated", app.terminated)] if app.terminated else [],
+            m.q("stateHistory"): lambda: [self.state_history(app)],
+            _q(RL, "CurrentTime"): current_time,
+            _q(RL, "TerminationTime"): lambda: [_termination_time(app.termination_time)],
+            **producer_properties(LIFECYCLE_TOPIC),
+        })
+
+    def deployment_info(self, app: App) -> etree._Element:
+        info = m.element("deploymentInfo")
+        if app.language:
+            m.sub(info, "language", app.language)
+        if app.descriptor_digest:
+            m.sub(info, "descriptorDigest", app.descriptor_digest)
+        if app.properties:
+            info.append(m.properties_element("properties", app.properties))
+        if app.options:
+            info.append(m.options_element("options", app.options))
+        if app.placement:
+            placement = m.sub(info, "placement")
+            types = {}
+            if app.deployment:
+                from cddlm.lang.model import Deployment
+                types = {p: c.type for p, c in Deployment.from_json(app.deployment).walk()}
+            for path, where in sorted(app.placement.get("components", {}).items()):
+                c = m.sub(placement, "component")
+                c.set("path", path)
+                c.set("type", types.get(path, "process"))
+                if where.get("host"):
+                    c.set("host", where["host"])
+                if where.get("provider"):
+                    c.set("provider", where["provider"])
+        return info
+
+    def state_history(self, app: App) -> etree._Element:
+        hist = m.element("stateHistory")
+        for seq, state, at, info in self.service.history(app.id):
+            t = m.sub(hist, "transition")
+            t.set("sequence", str(seq))
+            m.sub(t, "state", state)
+            m.sub(t, "time", format_datetime(at))
+            if info:
+                m.sub(t, "info", info)
+        return hist
+
+    # -- tables ---------------------------------------------------------------------------------
+    def endpoints(self) -> tuple[Endpoint, Endpoint]:
+        def rp_ops(source: Callable[[Request], rp.Properties]) -> dict[str, Operation]:
+            def wrap(fn):
+                return lambda req: fn(req.body, source(req))
+            return {
+                _q(RPNS, "GetResourceProperty"): Operation(
+                    wrap(rp.get_property), RPW + "GetResourceProperty/GetResourcePropertyResponse",
+                    validate=False),
+                _q(RPNS, "GetMultipleResourceProperties"): Operation(
+                    wrap(rp.get_multiple),
+                    RPW + "GetMultipleResourceProperties/GetMultipleResourcePropertiesResponse",
+                    validate=False),
+                _q(RPNS, "GetResourcePropertyDocument"): Operation(
+                    wrap(rp.get_document),
+                    RPW + "GetResourcePropertyDocument/GetResourcePropertyDocumentResponse"),
+                _q(RPNS, "QueryResourceProperties"): Operation(
+                    wrap(rp.query), RPW + "QueryResourceProperties/QueryResourcePropertiesResponse",
+                    validate=False),
+            }
+
+        portal_ops = {
+            m.q("createRequest"): Operation(self.create, api_action("Portal", "create")),
+            m.q("lookupRequest"): Operation(self.lookup, api_action("Portal", "lookup")),
+            m.q("rebindRequest"): Operation(self.rebind, api_action("Portal", "rebind")),
+            **rp_ops(self.portal_properties),
+        }
+        app_ops = {
+            m.q("initializeRequest"): Operation(self.initialize, api_action("Application", "initialize")),
+            m.q("runRequest"): Operation(self.run, api_action("Application", "run")),
+            m.q("pingRequest"): Operation(self.ping, api_action("Application", "ping")),
+            m.q("resolveRequest"): Operation(self.resolve, api_action("Application", "resolve")),
+            m.q("terminateRequest"): Operation(self.terminate, api_action("Application", "terminate")),
+            m.q("destroyRequest"): Operation(self.destroy, api_action("Application", "destroy")),
+            _q(RL, "Destroy"): Operation(self.destroy_view,
+                                         RLW + "ImmediateResourceTermination/DestroyResponse"),
+            _q(RL, "SetTerminationTime"): Operation(
+                self.set_termination_time, RLW + "ScheduledResourceTermination/SetTerminationTimeResponse"),
+            **rp_ops(self.app_properties),
+        }
+        if self.notifications is not None:
+            portal_ops.update(self.notifications.producer_operations("portal"))
+            app_ops.update(self.notifications.producer_operations("application"))
+        return Endpoint("portal", portal_ops), Endpoint("application", app_ops)
+
+
+def _parse_time(text: str | None) -> float:
+    from cddlm.xsdtypes import parse_datetime
+    return parse_datetime(text or "")
+
+
+def _termination_time(when: float | None) -> etree._Element:
+    el = etree.Element(_q(RL, "TerminationTime"), nsmap={"wsrf-rl": RL, "xsi": ns.XSI})
+    if when is None:
+        el.set("{%s}nil" % ns.XSI, "true")
+    else:
+        el.text = format_datetime(when)
+    return el

@@ -1,0 +1,132 @@
+"""WS-ResourceProperties over a table of property builders.
+
+Each resource (the portal, an application view, a subscription) is a ``Properties``: the
+root element of its resource property document and an ordered map from property QName to a
+function producing that property's elements. ``GetResourceProperty`` builds one property only
+(cheap: ``api:state`` is one row read); ``GetResourcePropertyDocument`` and
+``QueryResourceProperties`` build the document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from lxml import etree
+
+from cddlm import ns
+from cddlm.errors import (InvalidPropertyQName, InvalidQueryExpression, QueryEvaluationError,
+                          UnknownQueryDialect)
+
+RP = "{%s}" % ns.WSRF_RP
+Builder = Callable[[], list[etree._Element]]
+
+
+@dataclass
+class Properties:
+    document: str                        # Clark name of the RP document element
+    builders: dict[str, Builder]         # property QName -> elements, in document order
+
+    def get(self, qname: str) -> list[etree._Element]:
+        builder = self.builders.get(qname)
+        if builder is None:
+            raise InvalidPropertyQName("%s is not a resource property of this resource" % qname)
+        return builder()
+
+    def build_document(self) -> etree._Element:
+        doc = etree.Element(self.document,
+                            nsmap={k: v for k, v in ns.NSMAP.items() if k != "soapenv"})
+        for builder in self.builders.values():
+            doc.extend(builder())
+        return doc
+
+
+def resolve_qname(el: etree._Element, value: str | None) -> str:
+    """The Clark name of a QName written as element text, resolved in ``el``'s scope."""
+    value = (value or "").strip()
+    if not value:
+        raise InvalidPropertyQName("empty resource property QName")
+    prefix, sep, local = value.rpartition(":")
+    if not local or any(c in local for c in " {}/"):
+        raise InvalidPropertyQName("%r is not a QName" % value)
+    namespace = el.nsmap.get(prefix if sep else None)
+    if sep and namespace is None:
+        raise InvalidPropertyQName("the prefix %r of %r is not declared" % (prefix, value))
+    return "{%s}%s" % (namespace, local) if namespace else local
+
+
+def get_property(body: etree._Element, props: Properties) -> etree._Element:
+    if len(body):
+        raise InvalidPropertyQName("GetResourceProperty takes a QName as text, not elements")
+    response = etree.Element(RP + "GetResourcePropertyResponse", nsmap={"wsrf-rp": ns.WSRF_RP})
+    response.extend(props.get(resolve_qname(body, body.text)))
+    return response
+
+
+def get_multiple(body: etree._Element, props: Properties) -> etree._Element:
+    names = [c for c in body if isinstance(c.tag, str)]
+    if not names or any(c.tag != RP + "ResourceProperty" for c in names):
+        raise InvalidPropertyQName("GetMultipleResourceProperties takes one or more "
+                                   "wsrf-rp:ResourceProperty elements")
+    qnames = [resolve_qname(c, c.text) for c in names]
+    response = etree.Element(RP + "GetMultipleResourcePropertiesResponse",
+                             nsmap={"wsrf-rp": ns.WSRF_RP})
+    for qn in qnames:
+        response.extend(props.get(qn))
+    return response
+
+
+def get_document(body: etree._Element, props: Properties) -> etree._Element:
+    response = etree.Element(RP + "GetResourcePropertyDocumentResponse",
+                             nsmap={"wsrf-rp": ns.WSRF_RP})
+    response.append(props.build_document())
+    return response
+
+
+def query(body: etree._Element, props: Properties) -> etree._Element:
+    expr_el = body.find(RP + "QueryExpression")
+    if expr_el is None:
+        raise InvalidQueryExpression("QueryResourceProperties needs a wsrf-rp:QueryExpression")
+    dialect = (expr_el.get("Dialect") or "").strip()
+    if dialect != ns.XPATH_DIALECT:
+        raise UnknownQueryDialect("query dialect %r is not supported (only XPath 1.0, %s)"
+                                  % (dialect, ns.XPATH_DIALECT))
+    if len(expr_el):
+        raise InvalidQueryExpression("the XPath expression must be text")
+    text = (expr_el.text or "").strip()
+    namespaces = {k: v for k, v in expr_el.nsmap.items() if k}
+    try:
+        xpath = etree.XPath(text, namespaces=namespaces)
+    except etree.XPathSyntaxError as e:
+        raise InvalidQueryExpression("XPath syntax error in %r: %s" % (text, e)) from None
+    except etree.XPathError as e:
+        raise InvalidQueryExpression("cannot compile %r: %s" % (text, e)) from None
+    doc = props.build_document()
+    try:
+        result = xpath(etree.ElementTree(doc))
+    except etree.XPathError as e:
+        raise QueryEvaluationError("cannot evaluate %r: %s" % (text, e)) from None
+    response = etree.Element(RP + "QueryResourcePropertiesResponse", nsmap={"wsrf-rp": ns.WSRF_RP})
+    if isinstance(result, list):
+        last = None
+        for item in result:
+            if isinstance(item, etree._Element):
+                response.append(_copy(item))
+                last = response[-1]
+            else:  # text or attribute nodes: their string value
+                value = str(item)
+                if last is None:
+                    response.text = (response.text or "") + value
+                else:
+                    last.tail = (last.tail or "") + value
+    elif isinstance(result, bool):
+        response.text = "true" if result else "false"
+    elif isinstance(result, float):
+        response.text = str(int(result)) if result.is_integer() else repr(result)
+    else:
+        response.text = str(result)
+    return response
+
+
+def _copy(el: etree._Element) -> etree._Element:
+    return etree.fromstring(etree.tostring(el))

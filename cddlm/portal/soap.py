@@ -1,0 +1,235 @@
+"""The SOAP 1.1 edge on Spyne: one protocol subclass and one Spyne application per endpoint.
+
+Spyne carries the HTTP exchange; this module does what the portal needs on top (see
+notes/soap-stack.md): parse with the safe parser, check ``mustUnderstand`` headers, route on
+the full QName of the body element through the endpoint's operation table, validate the body
+against the project's schemas, and write the whole response envelope itself (body, fault and
+WS-Addressing headers) in the out-protocol's ``after_serialize`` hook.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from lxml import etree
+from spyne import AnyXml, Application, ServiceBase, rpc
+from spyne.protocol.soap import Soap11
+
+from cddlm import ns, wsa, xmlsafe
+from cddlm.config import Limits
+from cddlm.errors import BadArgument, RequestTooLarge
+from cddlm.portal.faults import SoapFault, detail, soap_fault, to_fault
+
+log = logging.getLogger(__name__)
+ENV = ns.SOAP11_ENV
+SOAP12_ENV = "http://www.w3.org/2003/05/soap-envelope"
+UNDERSTOOD_NS = frozenset(wsa.VERSIONS)
+ACTOR_NEXT = "http://schemas.xmlsoap.org/soap/actor/next"
+OUT_NSMAP = {"soapenv": ENV, "wsa": ns.WSA}
+
+
+@dataclass
+class Request:
+    body: etree._Element
+    headers: list[etree._Element]
+    addressing: wsa.Addressing
+    path: str                      # PATH_INFO below the endpoint's mount point
+    portal: str                    # this portal's base URL
+
+    def resource_id(self) -> str | None:
+        return self.addressing.parameter("{%s}ResourceId" % ns.API)
+
+
+@dataclass(frozen=True)
+class Operation:
+    handler: Callable[[Request], etree._Element]
+    action: str                     # wsa:Action of the response
+    validate: bool = True           # schema-validate the body first
+
+
+@dataclass
+class Endpoint:
+    name: str
+    operations: dict[str, Operation]
+    understood_headers: frozenset = frozenset({"{%s}ResourceId" % ns.API})
+
+
+@dataclass
+class _State:
+    request: Request | None = None
+    operation: Operation | None = None
+    response: etree._Element | None = None
+    addressing: wsa.Addressing = field(default_factory=wsa.Addressing)
+
+
+class Validator:
+    """Schema validation of request bodies against ``xsd/``; one compiled schema per thread
+    (an lxml validator keeps its error log on the instance)."""
+
+    def __init__(self, xsd_dir: Path, files: tuple[str, ...]):
+        imports = "".join('<xsd:import namespace="%s" schemaLocation="%s"/>'
+                          % (etree.parse(str(xsd_dir / f)).getroot().get("targetNamespace"),
+                             (xsd_dir / f).resolve().as_uri()) for f in files)
+        self._wrapper = ('<xsd:schema xmlns:xsd="http://www.w3.org/2001/XMLSchema" '
+                         'targetNamespace="urn:cddlm:validation">%s</xsd:schema>' % imports).encode()
+        self._local = threading.local()
+        self._schema()  # compile once now, so a broken schema fails at start-up
+
+    def _schema(self) -> etree.XMLSchema:
+        schema = getattr(self._local, "schema", None)
+        if schema is None:
+            schema = self._local.schema = etree.XMLSchema(etree.fromstring(self._wrapper))
+        return schema
+
+    def check(self, element: etree._Element) -> None:
+        schema = self._schema()
+        if not schema.validate(element):
+            err = schema.error_log.last_error
+            message = err.message if err is not None else "invalid"
+            raise BadArgument("invalid %s request: %s%s" % (
+                etree.QName(element).localname, message,
+                " (line %d)" % err.line if err is not None and err.line else ""))
+
+
+class CddlmSoap(Soap11):
+    """SOAP 1.1 as the portal speaks it; see the module docstring."""
+
+    def __init__(self, endpoint: Endpoint, validator: Validator | None, limits: Limits,
+                 portal_url: Callable[[], str]):
+        super().__init__()
+        self.endpoint = endpoint
+        self.validator = validator
+        self.limits = limits
+        self.portal_url = portal_url
+
+    def create_in_document(self, ctx, charset=None):
+        ctx.udc = _State()
+        data = b"".join(ctx.in_string) if not isinstance(ctx.in_string, bytes) else ctx.in_string
+        if len(data) > self.limits.max_body_bytes:
+            raise to_fault(RequestTooLarge(len(data), self.limits.max_body_bytes))
+        try:
+            ctx.in_document = xmlsafe.parse(data, max_depth=self.limits.max_xml_depth)
+        except BadArgument as e:
+            raise to_fault(BadArgument("the request is not usable XML: %s" % e)) from None
+
+    def decompose_incoming_envelope(self, ctx, message=Soap11.REQUEST):
+        root = ctx.in_document
+        if root.tag == "{%s}Envelope" % SOAP12_ENV:
+            raise soap_fault("VersionMismatch", "this endpoint speaks SOAP 1.1 (%s)" % ENV)
+        if root.tag != "{%s}Envelope" % ENV:
+            raise to_fault(BadArgument("the request is not a SOAP 1.1 envelope (root %s)" % root.tag))
+        header = root.find("{%s}Header" % ENV)
+        body = root.find("{%s}Body" % ENV)
+        headers = [h for h in header if isinstance(h.tag, str)] if header is not None else []
+        ctx.udc.addressing = addressing = wsa.Addressing.read(headers)
+        for h in headers:
+            if h.get("{%s}mustUnderstand" % ENV) in ("1", "true") \
+                    and h.get("{%s}actor" % ENV, ACTOR_NEXT) == ACTOR_NEXT \
+                    and etree.QName(h).namespace not in UNDERSTOOD_NS \
+                    and h.tag not in self.endpoint.understood_headers:
+                raise soap_fault("MustUnderstand", "header %s is marked mustUnderstand and is not "
+                                                   "understood by this endpoint" % h.tag)
+        children = [c for c in body if isinstance(c.tag, str)] if body is not None else []
+        if len(children) != 1:
+            raise to_fault(BadArgument("the SOAP body must hold exactly one element, not %d"
+                                       % len(children)))
+        body_el = children[0]
+        operation = self.endpoint.operations.get(body_el.tag)
+        if operation is None:
+            raise to_fault(BadArgument("%s is not an operation of the %s endpoint (it takes: %s)" % (
+                body_el.tag, self.endpoint.name,
+                ", ".join(sorted(etree.QName(t).localname for t in self.endpoint.operations)))))
+        if operation.validate and self.validator is not None:
+            try:
+                self.validator.check(body_el)
+            except BadArgument as e:
+                raise to_fault(e) from None
+        env = ctx.transport.req_env
+        ctx.udc.operation = operation
+        ctx.udc.request = Request(body_el, headers, addressing, env.get("PATH_INFO", ""),
+                                  self.portal_url())
+        ctx.in_header_doc = header
+        ctx.in_body_doc = body_el
+        ctx.method_request_string = "{%s}dispatch" % ns.API_WSDL
+
+    def deserialize(self, ctx, message):
+        ctx.in_object = [None]     # handlers read ctx.udc.request, not Spyne objects
+
+
+def _dispatch(ctx, _payload):
+    state: _State = ctx.udc
+    try:
+        state.response = state.operation.handler(state.request)
+    except SoapFault:
+        raise
+    except Exception as e:  # every error becomes a fault in exactly one place
+        raise to_fault(e) from None
+    return None
+
+
+def _write_envelope(ctx) -> None:
+    """after_serialize: replace Spyne's envelope with the portal's own."""
+    state: _State | None = ctx.udc if isinstance(ctx.udc, _State) else None
+    env = etree.Element("{%s}Envelope" % ENV, nsmap=OUT_NSMAP)
+    header = etree.SubElement(env, "{%s}Header" % ENV)
+    body = etree.SubElement(env, "{%s}Body" % ENV)
+    if ctx.out_error is not None:
+        body.append(_fault_element(ctx.out_error))
+        action = getattr(ctx.out_error, "action", ns.WSA + "/soap/fault")
+    else:
+        body.append(state.response)
+        action = state.operation.action
+    addressing = state.addressing if state is not None else wsa.Addressing()
+    for h in addressing.reply_headers(action):
+        header.append(h)
+    ctx.out_document = env
+
+
+def _fault_element(fault) -> etree._Element:
+    code = str(getattr(fault, "faultcode", "Server") or "Server")
+    base = code.split(".", 1)[0].split(":")[-1]
+    if base not in ("Client", "Server", "MustUnderstand", "VersionMismatch"):
+        base = "Server"
+    message = str(getattr(fault, "faultstring", "") or "error")
+    el = etree.Element("{%s}Fault" % ENV)
+    etree.SubElement(el, "faultcode").text = "soapenv:" + base
+    etree.SubElement(el, "faultstring").text = message
+    det = getattr(fault, "detail", None)
+    if not isinstance(det, etree._Element) and base in ("Client", "Server"):
+        # a fault raised inside Spyne itself (e.g. a GET, an empty request): give it a detail too
+        det = detail(BadArgument(message) if base == "Client" else _server(message))
+    if isinstance(det, etree._Element):
+        holder = etree.SubElement(el, "detail")
+        holder.append(det)
+    return el
+
+
+def fault_envelope(exc: BaseException) -> bytes:
+    """A complete fault response for errors found before Spyne is involved (body too large)."""
+    env = etree.Element("{%s}Envelope" % ENV, nsmap=OUT_NSMAP)
+    fault = to_fault(exc)
+    header = etree.SubElement(env, "{%s}Header" % ENV)
+    for h in wsa.Addressing().reply_headers(fault.action):
+        header.append(h)
+    etree.SubElement(env, "{%s}Body" % ENV).append(_fault_element(fault))
+    return etree.tostring(env, xml_declaration=True, encoding="UTF-8")
+
+
+def _server(message: str):
+    from cddlm.errors import ServerError
+    return ServerError(message)
+
+
+def application(endpoint: Endpoint, validator: Validator | None, limits: Limits,
+                portal_url: Callable[[], str]) -> Application:
+    service = type("%sService" % endpoint.name.title(), (ServiceBase,), {
+        "dispatch": rpc(AnyXml, _body_style="bare", _returns=AnyXml)(_dispatch)})
+    in_protocol = CddlmSoap(endpoint, validator, limits, portal_url)
+    out_protocol = CddlmSoap(endpoint, validator, limits, portal_url)
+    out_protocol.event_manager.add_listener("after_serialize", _write_envelope)
+    return Application([service], tns=ns.API_WSDL, name=endpoint.name, in_protocol=in_protocol,
+                       out_protocol=out_protocol)

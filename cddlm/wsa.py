@@ -1,0 +1,130 @@
+"""WS-Addressing: endpoint references and message addressing headers.
+
+The portal answers in WS-Addressing 1.0 (2005/08) and tolerates the 2004/08 and 2003/03
+versions on input: a request's headers are read in whichever version it used, and the reply
+headers use that same version so the client can correlate them.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+
+from lxml import etree
+
+from cddlm import ns
+
+VERSIONS = (ns.WSA, ns.WSA_2004, ns.WSA_2003)
+HEADERS = ("To", "Action", "MessageID", "RelatesTo", "ReplyTo", "FaultTo", "From")
+TRUE = ("1", "true")
+
+
+def q(local: str, namespace: str = ns.WSA) -> str:
+    return "{%s}%s" % (namespace, local)
+
+
+def epr(tag: str, address: str, resource_id: str | None = None,
+        resource_tag: str = "{%s}ResourceId" % ns.API) -> etree._Element:
+    """``<tag><wsa:Address/><wsa:ReferenceParameters><api:ResourceId/>..</tag>``."""
+    el = etree.Element(tag, nsmap={"wsa": ns.WSA, "api": ns.API})
+    etree.SubElement(el, q("Address")).text = address
+    if resource_id is not None:
+        params = etree.SubElement(el, q("ReferenceParameters"))
+        etree.SubElement(params, resource_tag).text = resource_id
+    return el
+
+
+@dataclass
+class Reference:
+    """An EPR as read from XML (any supported WS-Addressing version)."""
+    address: str
+    parameters: list[etree._Element] = field(default_factory=list)
+
+    def parameter(self, tag: str) -> str | None:
+        for p in self.parameters:
+            if p.tag == tag:
+                return (p.text or "").strip()
+        return None
+
+
+def parse_epr(el: etree._Element) -> Reference | None:
+    """Read an EPR element; None when it has no Address."""
+    for version in VERSIONS:
+        address = el.find(q("Address", version))
+        if address is not None:
+            params: list[etree._Element] = []
+            for holder in ("ReferenceParameters", "ReferenceProperties"):
+                box = el.find(q(holder, version))
+                if box is not None:
+                    params.extend(c for c in box if isinstance(c.tag, str))
+            return Reference((address.text or "").strip(), params)
+    return None
+
+
+@dataclass
+class Addressing:
+    """The addressing headers of one request."""
+    version: str | None = None        # namespace used by the request, None if no WSA headers
+    to: str | None = None
+    action: str | None = None
+    message_id: str | None = None
+    reply_to: str | None = None
+    reference_parameters: list[etree._Element] = field(default_factory=list)
+
+    @classmethod
+    def read(cls, headers: list[etree._Element]) -> "Addressing":
+        a = cls()
+        for h in headers:
+            if not isinstance(h.tag, str):
+                continue
+            qn = etree.QName(h)
+            if qn.namespace in VERSIONS and qn.localname in HEADERS:
+                a.version = a.version or qn.namespace
+                if qn.localname == "To":
+                    a.to = (h.text or "").strip()
+                elif qn.localname == "Action":
+                    a.action = (h.text or "").strip()
+                elif qn.localname == "MessageID":
+                    a.message_id = (h.text or "").strip()
+                elif qn.localname == "ReplyTo":
+                    ref = parse_epr(h)
+                    a.reply_to = ref.address if ref else None
+            else:
+                # 1.0 marks reference parameters; 2003/03 and 2004/08 send them unmarked
+                a.reference_parameters.append(h)
+        return a
+
+    def parameter(self, tag: str) -> str | None:
+        for h in self.reference_parameters:
+            if h.tag == tag:
+                return (h.text or "").strip()
+        return None
+
+    def reply_headers(self, action: str) -> list[etree._Element]:
+        """wsa:Action, a fresh wsa:MessageID and wsa:RelatesTo for the response."""
+        version = self.version or ns.WSA
+        out = []
+        for local, text in (("Action", action), ("MessageID", "urn:uuid:" + str(uuid.uuid4())),
+                            ("RelatesTo", self.message_id)):
+            if text is None:
+                continue
+            el = etree.Element(q(local, version), nsmap={"wsa": version})
+            el.text = text
+            out.append(el)
+        return out
+
+
+def headers_for(reference: Reference, action: str, message_id: str | None = None) -> list[etree._Element]:
+    """Outgoing headers to send a message to an EPR: To, Action, MessageID and each reference
+    parameter as its own header block marked ``wsa:IsReferenceParameter``."""
+    out = []
+    for local, text in (("To", reference.address), ("Action", action),
+                        ("MessageID", message_id or "urn:uuid:" + str(uuid.uuid4()))):
+        el = etree.Element(q(local), nsmap={"wsa": ns.WSA})
+        el.text = text
+        out.append(el)
+    for p in reference.parameters:
+        copy = etree.fromstring(etree.tostring(p))
+        copy.set(q("IsReferenceParameter"), "true")
+        out.append(copy)
+    return out
