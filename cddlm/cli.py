@@ -9,6 +9,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 from cddlm.errors import CddlmError
 
@@ -60,6 +61,196 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- client commands ------------------------------------------------------------------------
+def _portal(args: argparse.Namespace):
+    from cddlm.client import Portal
+    return Portal(args.portal or os.environ.get("CDDLM_PORTAL") or DEFAULT_PORTAL)
+
+
+def _option_pairs(pairs: list[str] | None) -> dict:
+    out: dict = {}
+    for pair in pairs or []:
+        uri, sep, value = pair.partition("=")
+        if not sep or not uri:
+            raise SystemExit(_usage("--option expects URI=VALUE, got %r" % pair))
+        if uri in out:
+            raise SystemExit(_usage("option %s given twice" % uri))
+        if value in ("true", "false"):
+            out[uri] = value == "true"
+        elif value.lstrip("-").isdigit():
+            out[uri] = int(value)
+        else:
+            out[uri] = value
+    return out
+
+
+class Progress:
+    """One status line per change; redrawn in place on a terminal."""
+
+    def __init__(self, label: str, stream=None):
+        self.label = label
+        self.stream = stream or sys.stdout
+        self.tty = self.stream.isatty()
+        self.last = None
+        self.start = time.monotonic()
+
+    def __call__(self, status: dict) -> None:
+        comps = [h for h in status.get("health", []) if h.get("type") not in
+                 ("compound", "sequence", "parallel")]
+        counts: dict[str, int] = {}
+        for h in comps:
+            counts[h["state"]] = counts.get(h["state"], 0) + 1
+        detail = ", ".join("%d %s" % (n, s) for s, n in sorted(counts.items()))
+        line = "%s: %s%s" % (self.label, status["state"], " (%s)" % detail if detail else "")
+        if line == self.last:
+            return
+        self.last = line
+        stamp = "[%5.1fs] " % (time.monotonic() - self.start)
+        if self.tty:
+            self.stream.write("\r\033[K" + stamp + line)
+        else:
+            self.stream.write(stamp + line + "\n")
+        self.stream.flush()
+
+    def done(self) -> None:
+        if self.tty and self.last:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _report_failure(status: dict) -> None:
+    info = status.get("terminationInfo") or {}
+    print("cddlm: application failed: %s" % (info.get("reason") or status.get("stateInfo") or "failed"),
+          file=sys.stderr)
+    if info.get("stderr"):
+        print("last lines of %s's stderr:\n%s" % (info.get("component"), info["stderr"]), file=sys.stderr)
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    import pathlib
+    from cddlm import xmlsafe
+    from cddlm.application import descriptors, options as opts
+    from cddlm.lang import registry
+    language = args.language or descriptors.guess_language(args.file)
+    lang = registry.get(language)
+    try:
+        data = pathlib.Path(args.file).read_bytes()
+    except OSError as e:
+        print("cddlm: cannot read %s: %s" % (args.file, e.strerror), file=sys.stderr)
+        return 1
+    options = _option_pairs(args.option)
+    portal = _portal(args)
+    app = portal.create(name=args.name, options={k: v for k, v in options.items()
+                                                 if k != opts.VALIDATE_ONLY})
+    print("created %s%s" % (app.id, " (%s)" % args.name if args.name else ""))
+    kwargs = {"body": xmlsafe.parse(data)} if lang.body == "xml" else {"text": data.decode("utf-8")}
+    try:
+        app.initialize(language=language, properties=_properties(args.property), options=options, **kwargs)
+    except CddlmError:
+        app.terminate("initialize failed")
+        app.destroy()
+        raise
+    if options.get(opts.VALIDATE_ONLY):
+        app.terminate("validation only")
+        app.wait_for("terminated", timeout=30)
+        app.destroy()
+        print("%s is valid" % args.file)
+        return 0
+    if not args.no_run:
+        app.run()
+    target = "initialized" if args.no_run else "running"
+    progress = Progress(args.name or app.id)
+    try:
+        state = app.wait_for(target, timeout=args.timeout, progress=progress)
+    finally:
+        progress.done()
+    if state != target:
+        _report_failure(app.ping())
+        return 1
+    print("%s is %s" % (args.name or app.id, state))
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    portal = _portal(args)
+    rows = []
+    for app in portal.applications():
+        props = {etree_local(el): (el.text or "").strip() for el in app.property_many(
+            "name", "state", "created")}
+        rows.append((props.get("name", ""), app.id, props.get("state", ""), props.get("created", "")))
+    if not rows:
+        print("no applications")
+        return 0
+    widths = [max(len(r[i]) for r in rows + [("NAME", "ID", "STATE", "CREATED")]) for i in range(4)]
+    for r in [("NAME", "ID", "STATE", "CREATED")] + rows:
+        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    return 0
+
+
+def etree_local(el) -> str:
+    from lxml import etree
+    return etree.QName(el).localname
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    app = _portal(args).lookup(args.app)
+    status = app.ping()
+    props = {etree_local(el): (el.text or "").strip() for el in app.property_many(
+        "name", "id", "created", "started", "terminated")}
+    for key in ("name", "id"):
+        if props.get(key):
+            print("%-11s %s" % (key + ":", props[key]))
+    print("%-11s %s" % ("state:", status["state"]))
+    if status.get("stateInfo"):
+        print("%-11s %s" % ("info:", status["stateInfo"]))
+    for key in ("created", "started", "terminated"):
+        if props.get(key):
+            print("%-11s %s" % (key + ":", props[key]))
+    info = status.get("terminationInfo")
+    if info:
+        print("termination: %s%s" % ("normal" if info.get("normal") else "abnormal",
+                                     ": " + info["reason"] if info.get("reason") else ""))
+        for key in ("component", "exitCode", "signal"):
+            if info.get(key) is not None:
+                print("  %-9s %s" % (key + ":", info[key]))
+        if info.get("stderr"):
+            print("  stderr:\n    " + "\n    ".join(str(info["stderr"]).splitlines()))
+    if status["health"]:
+        print("components:")
+        for h in status["health"]:
+            print("  %-30s %-9s %-10s %s%s" % (h["path"], h.get("type") or "", h["state"],
+                                             "host=%s " % h["host"] if h.get("host") else "",
+                                             "pid=%s" % h["pid"] if h.get("pid") else ""))
+    print("history:")
+    for state, when in app.history():
+        print("  %-13s %s" % (state, when))
+    return 0
+
+
+def cmd_terminate(args: argparse.Namespace) -> int:
+    app = _portal(args).lookup(args.app)
+    app.terminate(args.reason)
+    if args.no_wait:
+        return 0
+    progress = Progress(args.app)
+    try:
+        state = app.wait_for("terminated", timeout=args.timeout, progress=progress)
+    finally:
+        progress.done()
+    print("%s is %s" % (args.app, state))
+    return 0 if state == "terminated" else 1
+
+
+def cmd_destroy(args: argparse.Namespace) -> int:
+    app = _portal(args).lookup(args.app)
+    if args.force and app.state() != "terminated":
+        app.terminate("destroy --force")
+        app.wait_for("terminated", timeout=args.timeout)
+    app.destroy()
+    print("%s destroyed" % args.app)
+    return 0
+
+
 # -- lang -----------------------------------------------------------------------------------
 def cmd_lang_resolve(args: argparse.Namespace) -> int:
     from cddlm.application import descriptors
@@ -104,6 +295,39 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     sv.set_defaults(func=cmd_portal_serve)
 
+    def client_parser(name: str, help: str, app: bool = True) -> argparse.ArgumentParser:
+        c = sub.add_parser(name, help=help)
+        c.add_argument("--portal", metavar="URL",
+                       help="portal endpoint (default $CDDLM_PORTAL, then %s)" % DEFAULT_PORTAL)
+        if app:
+            c.add_argument("app", metavar="APP", help="application name or id")
+        return c
+
+    d = client_parser("deploy", "create, initialize and run an application from a descriptor", False)
+    d.add_argument("file", metavar="FILE")
+    d.add_argument("--language", metavar="URI", help="descriptor language (default: by extension)")
+    d.add_argument("--name", metavar="N", help="application name (unique)")
+    d.add_argument("-p", "--property", action="append", metavar="KEY=VALUE",
+                   help="deploy-time property (repeatable)")
+    d.add_argument("--option", action="append", metavar="URI=VALUE", help="option (repeatable)")
+    d.add_argument("--no-run", action="store_true", help="initialize only; do not run")
+    d.add_argument("--timeout", type=float, default=120.0, metavar="S",
+                   help="seconds to wait for the state (default 120)")
+    d.set_defaults(func=cmd_deploy)
+
+    client_parser("ls", "list applications", False).set_defaults(func=cmd_ls)
+    client_parser("status", "show an application's state, components and history").set_defaults(
+        func=cmd_status)
+    t = client_parser("terminate", "terminate an application")
+    t.add_argument("--reason", help="recorded in terminationInfo")
+    t.add_argument("--no-wait", action="store_true", help="return at once")
+    t.add_argument("--timeout", type=float, default=60.0, metavar="S")
+    t.set_defaults(func=cmd_terminate)
+    x = client_parser("destroy", "remove every record of a terminated application")
+    x.add_argument("--force", action="store_true", help="terminate it first if needed")
+    x.add_argument("--timeout", type=float, default=60.0, metavar="S")
+    x.set_defaults(func=cmd_destroy)
+
     lang = sub.add_parser("lang", help="descriptor languages").add_subparsers(dest="lang_command",
                                                                                required=True)
     r = lang.add_parser("resolve", help="parse and resolve a descriptor without deploying")
@@ -133,7 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args)
     except CddlmError as e:
-        print("cddlm: %s: %s" % (type(e).__name__, e), file=sys.stderr)
+        from cddlm.client import PortalFault
+        label = "" if isinstance(e, PortalFault) else type(e).__name__ + ": "
+        print("cddlm: %s%s" % (label, e), file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130

@@ -224,16 +224,23 @@ class Engine:
             return runner.deploy(target)
         if item.action == "start":
             if comp.observed == states.DEPLOYED:
-                with self.store.write() as conn:
-                    if not queue.extend(conn, item.id, self.id, self.clock() + self.settings.lease_seconds):
-                        raise Lost("lease lost")
-                    repo.update_component(conn, app.id, comp.path, observed=states.STARTING,
-                                          updated=self.clock())
-                comp.observed = states.STARTING
+                self._mark(item, comp, states.STARTING)
             return runner.start(target, comp.pid, comp.pid_start, keep)
         if item.action == "stop":
+            if comp.observed != states.STOPPING:
+                self._mark(item, comp, states.STOPPING)  # before the signal: its exit is no failure
             return runner.stop(target, comp.pid, comp.pid_start, keep)
         return Outcome("failed", "unknown action %s" % item.action)
+
+    def _mark(self, item: queue.Item, comp: repo.Component, observed: str) -> None:
+        """Record an action's intent before doing it, so a crash or a concurrent liveness
+        check reads it right (starting: adopt, do not start twice; stopping: not a failure)."""
+        with self.store.write() as conn:
+            if not queue.extend(conn, item.id, self.id, self.clock() + self.settings.lease_seconds):
+                raise Lost("lease lost")
+            repo.update_component(conn, item.app_id, comp.path, observed=observed,
+                                  updated=self.clock())
+        comp.observed = observed
 
     def _record(self, item: queue.Item, comp: repo.Component, outcome: Outcome) -> None:
         now = self.clock()
@@ -244,10 +251,6 @@ class Engine:
             current = repo.get_component(conn, item.app_id, item.path)
             app = repo.get_app(conn, item.app_id)
             if current is not None and app is not None:
-                if item.action == "stop" and current.observed not in (states.STOPPED,):
-                    repo.update_component(conn, app.id, comp.path, observed=states.STOPPING,
-                                          updated=now)
-                    current.observed = states.STOPPING
                 self._apply(conn, app, current, outcome, now)
             before = app.event_seq if app else 0
             after_app, added = reconcile(conn, item.app_id, now)

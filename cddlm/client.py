@@ -1,0 +1,305 @@
+"""A Python client for a CDDLM portal, on zeep and the portal's own WSDL.
+
+    from cddlm.client import Portal
+    portal = Portal("http://127.0.0.1:8080/cddlm/portal")
+    app = portal.create(name="web")
+    app.initialize(language="urn:cddlm:lang:components:1", body=descriptor_element)
+    app.run()
+    app.wait_for("running")
+    app.terminate("done"); app.wait_for("terminated"); app.destroy()
+
+Typed operations go through zeep; resource properties are read as raw XML (zeep turns the
+``any`` content of WS-RP responses into a mix of objects and elements). A fault from the
+portal is raised as ``PortalFault`` with the fault element's name and text.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import requests
+import zeep
+from lxml import etree
+from zeep.transports import Transport
+
+from cddlm import ns
+from cddlm.errors import ClientError
+
+A = "{%s}" % ns.API
+APP_BINDING = "{%s}ApplicationBinding" % ns.API_WSDL
+PORTAL_BINDING = "{%s}PortalBinding" % ns.API_WSDL
+FINAL = {"terminated"}
+
+
+class PortalFault(ClientError):
+    """A SOAP fault from the portal; ``fault`` is the detail element's local name."""
+
+    def __init__(self, fault: str, message: str, detail: etree._Element | None = None):
+        super().__init__(message)
+        self.fault = fault
+        self.detail = detail
+
+    def __str__(self) -> str:
+        return "%s: %s" % (self.fault, self.message)
+
+
+class Unreachable(ClientError):
+    pass
+
+
+@dataclass(frozen=True)
+class Reference:
+    """An application EPR: its address and its ResourceId."""
+    address: str
+    resource_id: str
+
+
+def _address(value: Any) -> str:
+    return str(getattr(value, "_value_1", value) or "").strip()
+
+
+def _reference(response: Any) -> Reference:
+    """The application EPR of a response (zeep returns a lone child element unwrapped, and
+    reference parameters as their text)."""
+    epr = getattr(response, "applicationReference", None) if not hasattr(response, "Address") \
+        else response
+    epr = epr if epr is not None else response
+    rid = None
+    params = getattr(epr, "ReferenceParameters", None)
+    items = getattr(params, "_value_1", None) or []
+    for item in items if isinstance(items, list) else [items]:
+        if isinstance(item, etree._Element) and item.tag == A + "ResourceId":
+            rid = (item.text or "").strip()
+        elif isinstance(item, str) and item.strip():
+            rid = item.strip()
+    return Reference(_address(epr.Address), rid or "")
+
+
+def _fault(e: zeep.exceptions.Fault) -> PortalFault:
+    detail = e.detail[0] if e.detail is not None and len(e.detail) else None
+    name = etree.QName(detail).localname if detail is not None else str(e.code).split(":")[-1]
+    return PortalFault(name, e.message or name, detail)
+
+
+def _option_value(value: Any) -> dict:
+    if isinstance(value, bool):
+        return {"boolean": value}
+    if isinstance(value, int):
+        return {"integer": value}
+    if isinstance(value, etree._Element):
+        return {"data": {"_value_1": [value]}}
+    return {"string": str(value)}
+
+
+def options_arg(options: dict[str, Any] | None, must_understand: Iterable[str] = ()) -> dict | None:
+    if not options:
+        return None
+    required = set(must_understand)
+    return {"option": [dict(name=uri, mustUnderstand=uri in required, **_option_value(v))
+                       for uri, v in options.items()]}
+
+
+class Portal:
+    def __init__(self, url: str, timeout: float = 30.0, session: requests.Session | None = None):
+        self.url = url.rstrip("/")
+        self.session = session or requests.Session()
+        self.transport = Transport(session=self.session, timeout=timeout, operation_timeout=timeout)
+        try:
+            self.zeep = zeep.Client(self.url + "?wsdl", transport=self.transport)
+        except (requests.RequestException, OSError) as e:
+            raise Unreachable("cannot reach the portal at %s: %s" % (self.url, e)) from None
+        self.service = self.zeep.create_service(PORTAL_BINDING, self.url)
+
+    def _call(self, fn: Callable, *args, **kwargs) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except zeep.exceptions.Fault as e:
+            raise _fault(e) from None
+        except (requests.RequestException, OSError) as e:
+            raise Unreachable("cannot reach %s: %s" % (self.url, e)) from None
+
+    def create(self, name: str | None = None, hostname: str | None = None,
+               options: dict[str, Any] | None = None) -> "Application":
+        r = self._call(self.service.create, name=name, hostname=hostname, options=options_arg(options))
+        return Application(self, _reference(r))
+
+    def lookup(self, app: str) -> "Application":
+        """An application by id (``urn:uuid:...``) or by name."""
+        if app.startswith("urn:uuid:"):
+            r = self._call(self.service.lookup, ResourceId=app)
+        else:
+            r = self._call(self.service.lookup, name=app)
+        return Application(self, _reference(r))
+
+    def application(self, reference: Reference) -> "Application":
+        return Application(self, reference)
+
+    def rebind(self, reference: Reference) -> "Application":
+        epr = {"Address": {"_value_1": reference.address}}
+        r = self._call(self.service.rebind, applicationReference=epr)
+        return Application(self, _reference(r))
+
+    def property(self, local: str, namespace: str = ns.API) -> list[etree._Element]:
+        return _get_property(self, self.service, namespace, local)
+
+    def applications(self) -> list["Application"]:
+        (holder,) = self.property("applications")
+        out = []
+        for epr in holder.iterfind(A + "applicationReference"):
+            address = epr.findtext("{%s}Address" % ns.WSA) or ""
+            rid = epr.findtext("{%s}ReferenceParameters/%sResourceId" % (ns.WSA, A)) or ""
+            out.append(Application(self, Reference(address.strip(), rid.strip())))
+        return out
+
+    def static_info(self) -> etree._Element:
+        return self.property("staticInfo")[0]
+
+
+def _post(portal: Portal, address: str, envelope: etree._Element) -> etree._Element:
+    """POST a raw envelope; return the Body, raising ``PortalFault`` for a fault."""
+    try:
+        response = portal.session.post(address, data=etree.tostring(envelope),
+                                       headers={"Content-Type": "text/xml; charset=utf-8"},
+                                       timeout=portal.transport.operation_timeout)
+    except (requests.RequestException, OSError) as e:
+        raise Unreachable("cannot reach %s: %s" % (address, e)) from None
+    body = etree.fromstring(response.content).find("{%s}Body" % ns.SOAP11_ENV)
+    _raise_fault(body)
+    return body
+
+
+def _raise_fault(body: etree._Element) -> None:
+    fault = body.find("{%s}Fault" % ns.SOAP11_ENV)
+    if fault is not None:
+        detail = fault.find("detail")
+        el = detail[0] if detail is not None and len(detail) else None
+        raise PortalFault(etree.QName(el).localname if el is not None else "Fault",
+                          fault.findtext("faultstring") or "fault", el)
+
+
+def _get_property(portal: Portal, service: Any, namespace: str, local: str) -> list[etree._Element]:
+    with portal.zeep.settings(raw_response=True):
+        response = portal._call(service.GetResourceProperty, etree.QName(namespace, local))
+    body = etree.fromstring(response.content).find("{%s}Body" % ns.SOAP11_ENV)
+    _raise_fault(body)
+    return list(body[0])
+
+
+class Application:
+    def __init__(self, portal: Portal, reference: Reference):
+        self.portal = portal
+        self.reference = reference
+        header = etree.Element(A + "ResourceId", nsmap={"api": ns.API, "wsa": ns.WSA})
+        header.text = reference.resource_id
+        header.set("{%s}IsReferenceParameter" % ns.WSA, "true")
+        self._headers = [header] if reference.resource_id else []
+        self.service = portal.zeep.create_service(APP_BINDING, reference.address)
+
+    @property
+    def id(self) -> str:
+        return self.reference.resource_id
+
+    def _call(self, name: str, **kwargs) -> Any:
+        return self.portal._call(getattr(self.service, name), _soapheaders=self._headers, **kwargs)
+
+    def initialize(self, language: str, body: etree._Element | None = None, text: str | None = None,
+                   reference: str | None = None, properties: dict[str, str] | None = None,
+                   options: dict[str, Any] | None = None) -> None:
+        descriptor: dict[str, Any] = {"language": language}
+        if body is not None:
+            descriptor["body"] = {"_value_1": body}
+        elif text is not None:
+            descriptor["text"] = text
+        else:
+            descriptor["reference"] = reference
+        props = {"property": [{"name": k, "value": v} for k, v in properties.items()]} \
+            if properties else None
+        self._call("initialize", descriptor=descriptor, properties=props, options=options_arg(options))
+
+    def run(self) -> None:
+        self._call("run")
+
+    def terminate(self, reason: str | None = None) -> None:
+        self._call("terminate", reason=reason)
+
+    def destroy(self) -> None:
+        self._call("destroy")
+
+    def destroy_view(self) -> None:
+        self._call("Destroy")
+
+    def ping(self) -> dict:
+        r = self._call("ping")
+        health = []
+        for c in getattr(r.health, "_value_1", None) or []:
+            health.append({k: getattr(c, k, None) for k in
+                           ("path", "type", "host", "state", "healthy", "pid", "restarts")}
+                          | {"detail": getattr(c, "_value_1", None)})
+        info = None
+        if r.terminationInfo is not None:
+            info = {k: getattr(r.terminationInfo, k) for k in
+                    ("normal", "reason", "component", "exitCode", "signal", "time", "stderr")}
+        return {"state": r.state, "stateInfo": r.stateInfo, "health": health, "terminationInfo": info}
+
+    def resolve(self, path: str) -> Any:
+        with self.portal.zeep.settings(raw_response=True):
+            response = self._call("resolve", path=path)
+        body = etree.fromstring(response.content).find("{%s}Body" % ns.SOAP11_ENV)
+        _raise_fault(body)
+        return _value(body[0][0])
+
+    def property(self, local: str, namespace: str = ns.API) -> list[etree._Element]:
+        return _get_property(self.portal, self.service, namespace, local)
+
+    def property_many(self, *locals_: str, namespace: str = ns.API) -> list[etree._Element]:
+        """Several properties in one GetMultipleResourceProperties request."""
+        env = etree.Element("{%s}Envelope" % ns.SOAP11_ENV, nsmap={"soapenv": ns.SOAP11_ENV,
+                                                                   "wsa": ns.WSA})
+        header = etree.SubElement(env, "{%s}Header" % ns.SOAP11_ENV)
+        for h in self._headers:
+            header.append(etree.fromstring(etree.tostring(h)))
+        body = etree.SubElement(env, "{%s}Body" % ns.SOAP11_ENV)
+        req = etree.SubElement(body, "{%s}GetMultipleResourceProperties" % ns.WSRF_RP,
+                               nsmap={"wsrf-rp": ns.WSRF_RP, "p": namespace})
+        for local in locals_:
+            etree.SubElement(req, "{%s}ResourceProperty" % ns.WSRF_RP).text = "p:" + local
+        return list(_post(self.portal, self.reference.address, env)[0])
+
+    def state(self) -> str:
+        (el,) = self.property("state")
+        return (el.text or "").strip()
+
+    def history(self) -> list[tuple[str, str]]:
+        (hist,) = self.property("stateHistory")
+        return [(t.findtext(A + "state"), t.findtext(A + "time")) for t in hist]
+
+    def wait_for(self, *states: str, timeout: float = 60.0,
+                 progress: Callable[[dict], None] | None = None, interval: float = 0.2) -> str:
+        """Poll until the application reaches one of ``states`` (or a final or failed state
+        it cannot leave towards them); returns the state reached."""
+        wanted = set(states)
+        deadline = time.monotonic() + timeout
+        while True:
+            if progress is not None:
+                status = self.ping()
+                state = status["state"]
+                progress(status)
+            else:
+                state = self.state()
+            if state in wanted or state in FINAL or (state == "failed" and "failed" not in wanted
+                                                      and "terminated" not in wanted):
+                return state
+            if time.monotonic() > deadline:
+                raise TimeoutError("application %s is still %s after %gs" % (self.id, state, timeout))
+            time.sleep(interval)
+
+
+def _value(el: etree._Element) -> Any:
+    items = list(el.iterfind(A + "item"))
+    if not items:
+        return el.text or ""
+    if all(i.get("name") is not None for i in items):
+        return {i.get("name"): _value(i) for i in items}
+    return [_value(i) for i in items]
