@@ -26,6 +26,11 @@ from cddlm.portal.handlers import Handlers
 from cddlm.portal.wsgi import XSD_DIR, Router
 
 log = logging.getLogger(__name__)
+# Spyne logs every fault a handler raises, with a traceback: a caller's mistake is not the
+# portal's error, and the fault itself tells the caller everything
+logging.getLogger("spyne.application.client").setLevel(logging.CRITICAL)
+logging.getLogger("spyne.application.server").setLevel(logging.CRITICAL)
+logging.getLogger("spyne.util.appreg").setLevel(logging.ERROR)
 SCHEMAS = ("api.xsd", "rp-2.xsd", "rl-2.xsd", "b-2.xsd")
 
 

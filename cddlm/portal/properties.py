@@ -105,27 +105,33 @@ def query(body: etree._Element, props: Properties) -> etree._Element:
     try:
         result = xpath(etree.ElementTree(doc))
     except etree.XPathError as e:
+        if "namespace prefix" in str(e):   # a static error of the expression itself
+            raise InvalidQueryExpression("%r uses an undeclared prefix: %s" % (text, e)) from None
         raise QueryEvaluationError("cannot evaluate %r: %s" % (text, e)) from None
     response = etree.Element(RP + "QueryResourcePropertiesResponse", nsmap={"wsrf-rp": ns.WSRF_RP})
     if isinstance(result, list):
-        last = None
         for item in result:
             if isinstance(item, etree._Element):
                 response.append(_copy(item))
-                last = response[-1]
-            else:  # text or attribute nodes: their string value
-                value = str(item)
-                if last is None:
-                    response.text = (response.text or "") + value
-                else:
-                    last.tail = (last.tail or "") + value
+            else:  # a text or attribute node: its string value
+                response.append(_result("text", str(item)))
+        if not len(response):
+            response.append(_result("empty", ""))
     elif isinstance(result, bool):
-        response.text = "true" if result else "false"
+        response.append(_result("boolean", "true" if result else "false"))
     elif isinstance(result, float):
-        response.text = str(int(result)) if result.is_integer() else repr(result)
+        response.append(_result("number", str(int(result)) if result.is_integer() else repr(result)))
     else:
-        response.text = str(result)
+        response.append(_result("string", str(result)))
     return response
+
+
+def _result(kind: str, value: str) -> etree._Element:
+    """A query result that is not an element, wrapped (the response must hold elements)."""
+    el = etree.Element("{%s}queryResult" % ns.API, nsmap={"api": ns.API})
+    el.set("type", kind)
+    el.text = value
+    return el
 
 
 def _copy(el: etree._Element) -> etree._Element:

@@ -1,0 +1,240 @@
+"""Fixtures shared by the whole suite: real portals (in process and as a subprocess on a real
+port), PostgreSQL when it runs, and the location of ``../shared`` when it exists."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PG_URL = os.environ.get("CDDLM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+def shared_dir() -> Path | None:
+    for candidate in (ROOT.parent / "shared", Path("/work/shared")):
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def require_shared(sub: str) -> Path:
+    base = shared_dir()
+    if base is None or not (base / sub).exists():
+        pytest.skip("../shared/%s is not on this machine (it ships with the project's workspace, "
+                    "not with a clone)" % sub)
+    return base / sub
+
+
+def postgres_available() -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", 5432), timeout=0.5):
+            pass
+    except OSError:
+        return False
+    try:
+        import psycopg
+        with psycopg.connect(PG_URL.replace("postgresql://", "postgresql://", 1), connect_timeout=2):
+            return True
+    except Exception:
+        return False
+
+
+@contextlib.contextmanager
+def pg_schema_url():
+    """A database URL whose search_path is a fresh schema, dropped afterwards."""
+    import psycopg
+    schema = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute('CREATE SCHEMA "%s"' % schema)
+    try:
+        yield PG_URL + "?options=-csearch_path%%3D%s" % schema
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute('DROP SCHEMA "%s" CASCADE' % schema)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """Each store test runs on SQLite and on PostgreSQL (skipped with a reason if none runs)."""
+    if request.param == "sqlite":
+        yield "sqlite:///%s" % (tmp_path / "portal.db")
+        return
+    if not postgres_available():
+        pytest.skip("no PostgreSQL answers on 127.0.0.1:5432 (database test, trust auth)")
+    with pg_schema_url() as url:
+        yield url
+
+
+# -- in-process portal ----------------------------------------------------------------------------
+class WsgiClient:
+    """Calls the portal's real WSGI application without a socket."""
+
+    def __init__(self, app):
+        self.app = app
+
+    def request(self, method: str, path: str, body: bytes = b"", headers: dict | None = None,
+                query: str = "") -> tuple[int, dict, bytes]:
+        environ = {
+            "REQUEST_METHOD": method, "PATH_INFO": path, "QUERY_STRING": query,
+            "SERVER_NAME": "127.0.0.1", "SERVER_PORT": "8080", "SERVER_PROTOCOL": "HTTP/1.1",
+            "wsgi.url_scheme": "http", "wsgi.input": io.BytesIO(body), "wsgi.errors": sys.stderr,
+            "wsgi.version": (1, 0), "wsgi.multithread": True, "wsgi.multiprocess": False,
+            "wsgi.run_once": False, "CONTENT_LENGTH": str(len(body)),
+            "CONTENT_TYPE": "text/xml; charset=utf-8", "SCRIPT_NAME": "",
+        }
+        for k, v in (headers or {}).items():
+            environ["HTTP_" + k.upper().replace("-", "_")] = v
+        captured = {}
+
+        def start_response(status, response_headers, exc_info=None):
+            captured["status"] = int(status.split()[0])
+            captured["headers"] = dict(response_headers)
+
+        chunks = self.app(environ, start_response)
+        data = b"".join(chunks)
+        if hasattr(chunks, "close"):
+            chunks.close()
+        return captured["status"], captured["headers"], data
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        status, _, data = self.request("POST", path, body)
+        return status, data
+
+
+def make_portal(tmp_path: Path, **settings):
+    from cddlm.app import Portal
+    from cddlm.config import Settings
+    defaults = dict(state_dir=str(tmp_path / "state"), port=8080, liveness_interval=0.5)
+    defaults.update(settings)
+    portal = Portal(Settings(**defaults))
+    portal.start()
+    return portal
+
+
+@pytest.fixture
+def portal(tmp_path):
+    p = make_portal(tmp_path)
+    yield p
+    _terminate_all(p)
+    p.stop()
+
+
+def _terminate_all(p) -> None:
+    """Stop every component a test left running, so no process outlives the test."""
+    from cddlm.application import repository as repo
+    from cddlm.application.tables import applications
+    from sqlalchemy import select
+    with p.store.read() as conn:
+        ids = [r[0] for r in conn.execute(select(applications.c.id))]
+    for app_id in ids:
+        with contextlib.suppress(Exception):
+            p.service.terminate(app_id, "test teardown")
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        with p.store.read() as conn:
+            states = [r[0] for r in conn.execute(select(applications.c.state))]
+        if all(s == "terminated" for s in states):
+            break
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def client(portal):
+    return WsgiClient(portal.wsgi)
+
+
+# -- a portal as a subprocess on a real port -------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class LivePortal:
+    def __init__(self, state_dir: Path, port: int = 0, db: str | None = None, extra: list[str] | None = None):
+        self.state_dir = state_dir
+        self.port = port
+        self.db = db
+        self.extra = extra or []
+        self.proc: subprocess.Popen | None = None
+        self.url = ""
+
+    def start(self, timeout: float = 30.0) -> "LivePortal":
+        cmd = [sys.executable, "-m", "cddlm.cli", "portal", "serve", "--port", str(self.port),
+               "--state-dir", str(self.state_dir)] + self.extra
+        if self.db:
+            cmd += ["--db", self.db]
+        self.log = open(self.state_dir.parent / ("portal-%d.log" % time.time_ns()), "wb")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT)
+        deadline = time.monotonic() + timeout
+        line = b""
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith(b"portal ready at "):
+                self.url = line.decode().split("portal ready at ", 1)[1].strip()
+                return self
+            if not line and self.proc.poll() is not None:
+                break
+        self.stop()
+        raise RuntimeError("the portal did not become ready (last line %r)" % line)
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        self.log.close()
+        self.proc = None
+
+
+@pytest.fixture
+def live_portal(tmp_path):
+    started: list[LivePortal] = []
+
+    def factory(**kwargs) -> LivePortal:
+        state = kwargs.pop("state_dir", tmp_path / ("state-%d" % len(started)))
+        state.mkdir(parents=True, exist_ok=True)
+        lp = LivePortal(state, **kwargs).start()
+        started.append(lp)
+        return lp
+
+    yield factory
+    for lp in started:
+        lp.stop()
+    kill_leftovers(tmp_path)
+
+
+def kill_leftovers(root: Path) -> list[int]:
+    """Kill component processes started under ``root`` (their environment names their
+    component; their working directory is under the state dir)."""
+    killed = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            cwd = os.readlink("/proc/%d/cwd" % pid)
+            environ = open("/proc/%d/environ" % pid, "rb").read()
+        except OSError:
+            continue
+        if cwd.startswith(str(root)) and b"CDDLM_COMPONENT=" in environ:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pid, signal.SIGKILL)
+            killed.append(pid)
+    return killed
