@@ -14,16 +14,13 @@ import time
 import urllib.request
 from typing import Callable
 
-from spyne.server.wsgi import WsgiApplication
-
 from cddlm.application.enactment.engine import Engine
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
 from cddlm.application.store import Store
 from cddlm.config import Settings
-from cddlm.portal import soap
+from cddlm.portal import wsgi
 from cddlm.portal.handlers import Handlers
-from cddlm.portal.wsgi import XSD_DIR, Router
 
 log = logging.getLogger(__name__)
 # Spyne logs every fault a handler raises, with a traceback: a caller's mistake is not the
@@ -31,7 +28,6 @@ log = logging.getLogger(__name__)
 logging.getLogger("spyne.application.client").setLevel(logging.CRITICAL)
 logging.getLogger("spyne.application.server").setLevel(logging.CRITICAL)
 logging.getLogger("spyne.util.appreg").setLevel(logging.ERROR)
-SCHEMAS = ("api.xsd", "rp-2.xsd", "rl-2.xsd", "b-2.xsd")
 
 
 def load_hosts(settings: Settings) -> Hosts:
@@ -56,15 +52,11 @@ class Portal:
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)
         self.notify = self._notifications()
         self.handlers = Handlers(self.service, time.time(), self.notify)
-        validator = soap.Validator(XSD_DIR, SCHEMAS)
         portal_ep, app_ep = self.handlers.endpoints()
         endpoints = {"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep}
         if self.notify is not None:
             endpoints["/cddlm/subscriptions"] = self.notify.manager_endpoint()
-        apps = {mount: WsgiApplication(soap.application(ep, validator, settings.limits, self.portal_url),
-                                       max_content_length=settings.limits.max_body_bytes + 1)
-                for mount, ep in endpoints.items()}
-        self.wsgi = Router(apps, settings.limits, self.portal_url)
+        self.wsgi = wsgi.build(endpoints, settings.limits, self.portal_url)
         self.scheduler = None
         self.server = None
         self._stopped = threading.Event()

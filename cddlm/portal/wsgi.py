@@ -19,7 +19,8 @@ from spyne.server.wsgi import WsgiApplication
 
 from cddlm.config import Limits
 from cddlm.errors import RequestTooLarge
-from cddlm.portal.soap import fault_envelope
+from cddlm.portal import soap
+from cddlm.portal.soap import Endpoint, fault_envelope
 
 ROOT = Path(__file__).resolve().parents[2]
 WSDL_DIR = ROOT / "wsdl"
@@ -56,6 +57,18 @@ def wsdl_for(base: str, absolute_imports: bool) -> bytes:
             if value and "://" not in value:
                 el.set(attr, prefix + value)
     return etree.tostring(doc, xml_declaration=True, encoding="UTF-8")
+
+
+SCHEMAS = ("api.xsd", "rp-2.xsd", "rl-2.xsd", "b-2.xsd")
+
+
+def build(endpoints: dict[str, Endpoint], limits: Limits, portal_url: Callable[[], str]) -> "Router":
+    """The WSGI application for these endpoints (mount point -> endpoint)."""
+    validator = soap.Validator(XSD_DIR, SCHEMAS)
+    apps = {mount: WsgiApplication(soap.application(ep, validator, limits, portal_url),
+                                   max_content_length=limits.max_body_bytes + 1)
+            for mount, ep in endpoints.items()}
+    return Router(apps, limits, portal_url)
 
 
 class Router:

@@ -1,0 +1,152 @@
+"""The store on SQLite and on the machine's PostgreSQL: schema migrations, atomic lifecycle
+writes, and the work queue's leases."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from sqlalchemy import func, inspect, select
+
+from cddlm.application import repository as repo
+from cddlm.application.enactment import queue
+from cddlm.application.store import Store, normalise_url
+from cddlm.application.tables import events, history, metadata, work
+from cddlm.errors import BadArgument
+
+
+def make(db_url) -> Store:
+    store = Store(db_url)
+    store.migrate()
+    return store
+
+
+def new_app(store, name=None):
+    with store.write() as conn:
+        app_id = repo.new_id()
+        repo.insert_app(conn, id=app_id, name=name, state="instantiated", desired="instantiated",
+                        generation=0, created=1.0, event_seq=0)
+        app = repo.record_state(conn, repo.get_app(conn, app_id), "instantiated", 1.0)
+    return app
+
+
+def test_migrations_create_every_table_and_are_idempotent(db_url):
+    store = make(db_url)
+    store.migrate()   # a second run changes nothing
+    names = set(inspect(store.engine).get_table_names())
+    assert set(metadata.tables) <= names and "alembic_version" in names
+    store.dispose()
+
+
+def test_state_history_and_event_commit_together_or_not_at_all(db_url):
+    store = make(db_url)
+    app = new_app(store, "atomic")
+    with pytest.raises(RuntimeError):
+        with store.write() as conn:
+            repo.record_state(conn, repo.get_app(conn, app.id), "initialized", 2.0)
+            raise RuntimeError("crash in the middle")
+    with store.read() as conn:
+        assert repo.get_app(conn, app.id).state == "instantiated"
+        assert [h[1] for h in repo.get_history(conn, app.id)] == ["instantiated"]
+        assert conn.execute(select(func.count()).select_from(events)
+                            .where(events.c.producer == app.id)).scalar() == 1
+    with store.write() as conn:
+        repo.record_state(conn, repo.get_app(conn, app.id), "initialized", 2.0)
+    with store.read() as conn:
+        seqs = [r[0] for r in conn.execute(select(events.c.seq).where(events.c.producer == app.id)
+                                           .order_by(events.c.seq))]
+        assert seqs == [1, 2] and [h[0] for h in repo.get_history(conn, app.id)] == [1, 2]
+    store.dispose()
+
+
+def test_names_are_unique(db_url):
+    from sqlalchemy.exc import IntegrityError
+    store = make(db_url)
+    new_app(store, "twin")
+    with pytest.raises(IntegrityError):
+        new_app(store, "twin")
+    store.dispose()
+
+
+def test_claims_lease_and_expire(db_url):
+    store = make(db_url)
+    app = new_app(store)
+    pg = not store.is_sqlite
+    with store.write() as conn:
+        queue.add(conn, app.id, [("a", "deploy"), ("b", "deploy"), ("a", "start")], 1, 10.0)
+        queue.add(conn, app.id, [("a", "deploy")], 1, 10.0)   # duplicate: ignored
+        assert conn.execute(select(func.count()).select_from(work)).scalar() == 3
+    with store.write() as conn:
+        mine = queue.claim(conn, "engine-1", 10.0, 30.0, 10, pg)
+    # one item per component at a time
+    assert sorted((i.path, i.action) for i in mine) == [("a", "deploy"), ("b", "deploy")]
+    with store.write() as conn:
+        assert queue.claim(conn, "engine-2", 11.0, 30.0, 10, pg) == []
+    with store.write() as conn:   # engine-1's leases expired: engine-2 takes them over
+        theirs = queue.claim(conn, "engine-2", 50.0, 30.0, 10, pg)
+        assert {i.id for i in theirs} == {i.id for i in mine}
+        assert all(i.attempts == 2 for i in theirs)
+        assert not queue.extend(conn, mine[0].id, "engine-1", 99.0)   # engine-1 lost it
+        queue.finish(conn, theirs[0].id)
+    store.dispose()
+
+
+def test_concurrent_claimers_never_share_an_item(db_url):
+    store = make(db_url)
+    app = new_app(store)
+    with store.write() as conn:
+        queue.add(conn, app.id, [("c%d" % i, "deploy") for i in range(60)], 1, 0.0)
+    claimed: list[int] = []
+    lock = threading.Lock()
+
+    def worker(name):
+        while True:
+            with store.write() as conn:
+                items = queue.claim(conn, name, 1.0, 30.0, 3, not store.is_sqlite)
+            if not items:
+                return
+            with lock:
+                claimed.extend(i.id for i in items)
+
+    threads = [threading.Thread(target=worker, args=("w%d" % n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(claimed) == 60 and len(set(claimed)) == 60
+    store.dispose()
+
+
+def test_dead_engines_release_their_leases(db_url):
+    store = make(db_url)
+    app = new_app(store)
+    with store.write() as conn:
+        queue.register_engine(conn, "dead", None, 0.0)
+        queue.register_engine(conn, "alive", None, 0.0)
+        queue.add(conn, app.id, [("a", "deploy")], 1, 0.0)
+        queue.claim(conn, "dead", 1.0, 1000.0, 1, not store.is_sqlite)
+        queue.heartbeat(conn, "alive", 100.0)
+        assert queue.release_dead(conn, 100.0, 15.0, False, "alive") == 1
+        assert [i.path for i in queue.claim(conn, "alive", 100.0, 30.0, 1, not store.is_sqlite)] == ["a"]
+    store.dispose()
+
+
+def test_destroying_an_application_removes_its_records(db_url):
+    store = make(db_url)
+    app = new_app(store)
+    with store.write() as conn:
+        repo.new_view(conn, app.id, "http://p", 1.0)
+        queue.add(conn, app.id, [("a", "deploy")], 1, 1.0)
+        repo.delete_app(conn, app.id)
+    with store.read() as conn:
+        assert repo.get_app(conn, app.id) is None
+        assert conn.execute(select(func.count()).select_from(history)).scalar() == 0
+        assert conn.execute(select(func.count()).select_from(work)).scalar() == 0
+    store.dispose()
+
+
+def test_url_normalisation():
+    assert normalise_url("postgresql://u@h/db").startswith("postgresql+psycopg://")
+    assert normalise_url("postgres://u@h/db").startswith("postgresql+psycopg://")
+    with pytest.raises(BadArgument):
+        normalise_url("mysql://x")

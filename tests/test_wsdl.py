@@ -1,0 +1,54 @@
+"""The hand-written WSDL and schemas load in zeep and in xmlschema, from files and over HTTP."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import xmlschema
+import zeep
+from xmlschema.extras.wsdl import Wsdl11Document
+
+from cddlm import ns
+
+ROOT = Path(__file__).resolve().parents[1]
+WSDL = ROOT / "wsdl" / "cddlm.wsdl"
+
+
+def served_copy(tmp_path: Path) -> Path:
+    """wsdl/ and xsd/ side by side, as the portal serves them under /cddlm/wsdl/."""
+    for folder in ("wsdl", "xsd"):
+        for f in (ROOT / folder).iterdir():
+            (tmp_path / f.name).write_bytes(f.read_bytes())
+    return tmp_path / "cddlm.wsdl"
+
+
+def test_zeep_loads_it_with_every_operation(tmp_path):
+    client = zeep.Client(str(served_copy(tmp_path)))
+    portal = client.bind("PortalService", "PortalPort")
+    for op in ("create", "lookup", "rebind", "GetResourceProperty", "QueryResourceProperties"):
+        assert hasattr(portal, op)
+    app = client.bind("ApplicationService", "ApplicationPort")
+    for op in ("initialize", "run", "ping", "resolve", "terminate", "destroy", "Destroy",
+               "SetTerminationTime", "GetResourcePropertyDocument"):
+        assert hasattr(app, op)
+
+
+def test_xmlschema_loads_the_wsdl_and_the_api_schema(tmp_path):
+    doc = Wsdl11Document(str(served_copy(tmp_path)), allow="sandbox")
+    assert "{%s}Portal" % ns.API_WSDL in doc.port_types
+    assert "{%s}ApplicationBinding" % ns.API_WSDL in doc.bindings
+    schema = xmlschema.XMLSchema10(str(ROOT / "xsd" / "api.xsd"), allow="sandbox")
+    for name in ("createRequest", "initializeRequest", "lifecycleEvent", "WrongStateFault",
+                 "applicationProperties", "portalProperties"):
+        assert name in schema.elements
+
+
+def test_every_operation_has_an_action_and_a_binding():
+    from lxml import etree
+    doc = etree.parse(str(WSDL))
+    W = "http://schemas.xmlsoap.org/wsdl/"
+    port_ops = {op.get("name") for op in doc.iterfind(".//{%s}portType/{%s}operation" % (W, W))}
+    bound = {op.get("name") for op in doc.iterfind(".//{%s}binding/{%s}operation" % (W, W))}
+    assert port_ops == bound
+    for io in doc.iterfind(".//{%s}portType/{%s}operation/*" % (W, W)):
+        assert io.get("{%s}Action" % ns.WSAM), etree.tostring(io)
