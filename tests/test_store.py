@@ -23,11 +23,7 @@ def make(db_url) -> Store:
 
 def new_app(store, name=None):
     with store.write() as conn:
-        app_id = repo.new_id()
-        repo.insert_app(conn, id=app_id, name=name, state="instantiated", desired="instantiated",
-                        generation=0, created=1.0, event_seq=0)
-        app = repo.record_state(conn, repo.get_app(conn, app_id), "instantiated", 1.0)
-    return app
+        return repo.create_app(conn, 1.0, id=repo.new_id(), name=name)
 
 
 def test_migrations_create_every_table_and_are_idempotent(db_url):

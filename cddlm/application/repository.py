@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from cddlm.application import lifecycle
@@ -22,47 +22,49 @@ CREATED_TOPIC = "{http://www.gridforum.org/cddlm/deployapi/2005/02}ApplicationCr
 PORTAL_PRODUCER = "portal"
 
 
-@dataclass
+class _Json:
+    """A JSON column decoded on first use: the hot path (one property of one application)
+    should not pay for decoding the component tree."""
+
+    def __init__(self, default):
+        self.default = default
+
+    def __set_name__(self, owner, name):
+        self.name = name
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        raw = obj._raw.get(self.name)
+        value = json.loads(raw) if isinstance(raw, str) and raw else (
+            raw if raw is not None else (self.default() if callable(self.default) else self.default))
+        obj.__dict__[self.name] = value
+        return value
+
+    def __set__(self, obj, value):
+        obj.__dict__[self.name] = value
+
+
 class App:
-    id: str
-    name: str | None
-    hostname: str | None
-    state: str
-    desired: str
-    generation: int
-    state_info: str | None
-    termination_info: dict | None
-    created: float
-    started: float | None
-    terminated: float | None
-    termination_time: float | None
-    language: str | None
-    descriptor_digest: str | None
-    properties: dict
-    options: list
-    deployment: dict | None
-    placement: dict | None
-    client_token: str | None
-    request_digest: str | None
-    init_token: str | None
-    event_seq: int
+    """An application row. JSON columns decode lazily."""
+
+    termination_info = _Json(None)
+    properties = _Json(dict)
+    options = _Json(list)
+    deployment = _Json(None)
+    placement = _Json(None)
+    SIMPLE = ("id", "name", "hostname", "state", "desired", "generation", "state_info", "created",
+              "started", "terminated", "termination_time", "language", "descriptor_digest",
+              "client_token", "request_digest", "init_token", "event_seq")
+
+    def __init__(self, mapping: dict):
+        self._raw = mapping
+        for key in self.SIMPLE:
+            self.__dict__[key] = mapping.get(key)
 
     @classmethod
     def from_row(cls, row: Any) -> "App":
-        m = row._mapping
-        return cls(
-            id=m["id"], name=m["name"], hostname=m["hostname"], state=m["state"],
-            desired=m["desired"], generation=m["generation"], state_info=m["state_info"],
-            termination_info=json.loads(m["termination_info"]) if m["termination_info"] else None,
-            created=m["created"], started=m["started"], terminated=m["terminated"],
-            termination_time=m["termination_time"], language=m["language"],
-            descriptor_digest=m["descriptor_digest"],
-            properties=json.loads(m["properties"]) if m["properties"] else {},
-            options=json.loads(m["options"]) if m["options"] else [],
-            deployment=json.loads(m["deployment"]) if m["deployment"] else None,
-            placement=json.loads(m["placement"]) if m["placement"] else None,
-            client_token=m["client_token"], request_digest=m["request_digest"],
-            init_token=m["init_token"], event_seq=m["event_seq"])
+        return cls(row._mapping)
 
 
 @dataclass
@@ -105,6 +107,30 @@ class Component:
 
 APP_COLUMNS = [c for c in applications.c if c.name != "descriptor"]
 
+# Statements are built once and executed with parameter dicts: SQLAlchemy compiles each shape
+# once, and a request pays only for binding (building statements per call cost more than
+# SQLite's own work).
+_SELECT_APP = select(*APP_COLUMNS)
+_GET_APP = _SELECT_APP.where(applications.c.id == bindparam("app_id"))
+_APP_BY_NAME = _SELECT_APP.where(applications.c.name == bindparam("name"))
+_APP_BY_TOKEN = _SELECT_APP.where(applications.c.client_token == bindparam("token"))
+_INSERT_APP = insert(applications)
+_UPDATE_APP = update(applications).where(applications.c.id == bindparam("_app_id"))
+_INSERT_VIEW = insert(views)
+_GET_VIEW = select(views.c.id, views.c.app_id, views.c.portal).where(views.c.id == bindparam("view"))
+_VIEW_FOR = (select(views.c.id, views.c.app_id, views.c.portal)
+             .where(views.c.app_id == bindparam("app_id"), views.c.portal == bindparam("portal"))
+             .order_by(views.c.created).limit(1))
+_INSERT_HISTORY = insert(history)
+_INSERT_EVENT = insert(events)
+_GET_COMPONENTS = select(components).where(components.c.app_id == bindparam("app_id")) \
+    .order_by(components.c.path)
+_DELETE_APP = [delete(t).where(t.c.app_id == bindparam("app_id"))
+               for t in (work, components, history, views)] + \
+              [delete(applications).where(applications.c.id == bindparam("app_id"))]
+_UPDATE_COMPONENT = update(components).where(components.c.app_id == bindparam("_app_id"),
+                                             components.c.path == bindparam("_path"))
+
 
 def new_id() -> str:
     return "urn:uuid:" + str(uuid.uuid4())
@@ -112,17 +138,28 @@ def new_id() -> str:
 
 # -- applications ----------------------------------------------------------------------------
 def get_app(conn: Connection, app_id: str) -> App | None:
-    row = conn.execute(select(*APP_COLUMNS).where(applications.c.id == app_id)).first()
+    row = conn.execute(_GET_APP, {"app_id": app_id}).first()
+    return App.from_row(row) if row else None
+
+
+_APP_BY_VIEW = (select(*APP_COLUMNS, views.c.app_id.label("view_app"))
+                .select_from(views.join(applications, applications.c.id == views.c.app_id))
+                .where(views.c.id == bindparam("view")))
+
+
+def app_by_view(conn: Connection, view_id: str) -> App | None:
+    """The application a view names (one indexed join; the hot path of every app request)."""
+    row = conn.execute(_APP_BY_VIEW, {"view": view_id}).first()
     return App.from_row(row) if row else None
 
 
 def app_by_name(conn: Connection, name: str) -> App | None:
-    row = conn.execute(select(*APP_COLUMNS).where(applications.c.name == name)).first()
+    row = conn.execute(_APP_BY_NAME, {"name": name}).first()
     return App.from_row(row) if row else None
 
 
 def app_by_token(conn: Connection, token: str) -> App | None:
-    row = conn.execute(select(*APP_COLUMNS).where(applications.c.client_token == token)).first()
+    row = conn.execute(_APP_BY_TOKEN, {"token": token}).first()
     return App.from_row(row) if row else None
 
 
@@ -140,13 +177,23 @@ def _encode(values: dict[str, Any]) -> dict[str, Any]:
     return values
 
 
-def insert_app(conn: Connection, **values: Any) -> None:
-    conn.execute(insert(applications).values(**_encode(values)))
+def create_app(conn: Connection, now: float, **values: Any) -> App:
+    """A new application in state instantiated: its row, first history row and first
+    lifecycle event (sequence 1)."""
+    values = _encode(dict(values, state=lifecycle.INSTANTIATED, desired=lifecycle.INSTANTIATED,
+                          generation=0, created=now, event_seq=1))
+    conn.execute(_INSERT_APP, values)
+    conn.execute(_INSERT_HISTORY, {"app_id": values["id"], "seq": 1, "state": lifecycle.INSTANTIATED,
+                                   "at": now, "info": None})
+    add_event(conn, values["id"], LIFECYCLE_TOPIC, 1, {
+        "ResourceId": values["id"], "name": values.get("name"), "state": lifecycle.INSTANTIATED,
+        "previousState": None, "timestamp": now, "sequence": 1, "stateInfo": None,
+        "terminationInfo": None}, now)
+    return App({c.name: values.get(c.name) for c in APP_COLUMNS})
 
 
 def update_app(conn: Connection, app_id: str, **values: Any) -> int:
-    return conn.execute(update(applications).where(applications.c.id == app_id)
-                        .values(**_encode(values))).rowcount
+    return conn.execute(_UPDATE_APP, dict(_encode(values), _app_id=app_id)).rowcount
 
 
 def count_by_state(conn: Connection) -> dict[str, int]:
@@ -156,28 +203,24 @@ def count_by_state(conn: Connection) -> dict[str, int]:
 
 def delete_app(conn: Connection, app_id: str) -> None:
     # children first, so the order is right on every database
-    for table in (work, components, history, views):
-        conn.execute(delete(table).where(table.c.app_id == app_id))
-    conn.execute(delete(applications).where(applications.c.id == app_id))
+    for statement in _DELETE_APP:
+        conn.execute(statement, {"app_id": app_id})
 
 
 # -- views ------------------------------------------------------------------------------------
 def new_view(conn: Connection, app_id: str, portal: str, now: float) -> View:
     view = View(uuid.uuid4().hex, app_id, portal)
-    conn.execute(insert(views).values(id=view.id, app_id=app_id, portal=portal, created=now))
+    conn.execute(_INSERT_VIEW, {"id": view.id, "app_id": app_id, "portal": portal, "created": now})
     return view
 
 
 def get_view(conn: Connection, view_id: str) -> View | None:
-    row = conn.execute(select(views.c.id, views.c.app_id, views.c.portal)
-                       .where(views.c.id == view_id)).first()
+    row = conn.execute(_GET_VIEW, {"view": view_id}).first()
     return View(*row) if row else None
 
 
 def view_for(conn: Connection, app_id: str, portal: str) -> View | None:
-    row = conn.execute(select(views.c.id, views.c.app_id, views.c.portal)
-                       .where(views.c.app_id == app_id, views.c.portal == portal)
-                       .order_by(views.c.created).limit(1)).first()
+    row = conn.execute(_VIEW_FOR, {"app_id": app_id, "portal": portal}).first()
     return View(*row) if row else None
 
 
@@ -219,7 +262,8 @@ def record_state(conn: Connection, app: App, state: str, now: float, info: str |
     if termination is not None:
         values["termination_info"] = termination
     update_app(conn, app.id, **values)
-    conn.execute(insert(history).values(app_id=app.id, seq=seq, state=state, at=now, info=info))
+    conn.execute(_INSERT_HISTORY, {"app_id": app.id, "seq": seq, "state": state, "at": now,
+                                   "info": info})
     payload = {"ResourceId": app.id, "name": app.name, "state": state,
                "previousState": app.state if seq > 1 else None, "timestamp": now, "sequence": seq,
                "stateInfo": info,
@@ -239,9 +283,9 @@ def record_state(conn: Connection, app: App, state: str, now: float, info: str |
 
 def add_event(conn: Connection, producer: str, topic: str, seq: int, payload: dict,
               now: float) -> None:
-    conn.execute(insert(events).values(producer=producer, topic=topic, seq=seq,
-                                       message=json.dumps(payload, sort_keys=True), created=now,
-                                       fanned_out=False))
+    conn.execute(_INSERT_EVENT, {"producer": producer, "topic": topic, "seq": seq,
+                                 "message": json.dumps(payload, sort_keys=True), "created": now,
+                                 "fanned_out": False})
 
 
 def get_history(conn: Connection, app_id: str) -> list[tuple[int, str, float, str | None]]:
@@ -252,9 +296,7 @@ def get_history(conn: Connection, app_id: str) -> list[tuple[int, str, float, st
 
 # -- components -------------------------------------------------------------------------------
 def get_components(conn: Connection, app_id: str) -> list[Component]:
-    rows = conn.execute(select(components).where(components.c.app_id == app_id)
-                        .order_by(components.c.path))
-    return [Component.from_row(r) for r in rows]
+    return [Component.from_row(r) for r in conn.execute(_GET_COMPONENTS, {"app_id": app_id})]
 
 
 def get_component(conn: Connection, app_id: str, path: str) -> Component | None:
@@ -271,6 +313,4 @@ def insert_components(conn: Connection, rows: list[dict]) -> None:
 def update_component(conn: Connection, app_id: str, path: str, **values: Any) -> int:
     if "runtime" in values and not isinstance(values["runtime"], (str, type(None))):
         values["runtime"] = json.dumps(values["runtime"], sort_keys=True)
-    return conn.execute(update(components).where(components.c.app_id == app_id,
-                                                 components.c.path == path)
-                        .values(**values)).rowcount
+    return conn.execute(_UPDATE_COMPONENT, dict(values, _app_id=app_id, _path=path)).rowcount

@@ -99,25 +99,21 @@ class Service:
                             view = repo.view_for(conn, existing.id, portal) or \
                                 repo.new_view(conn, existing.id, portal, now)
                             return existing, view
-                    if name and repo.app_by_name(conn, name) is not None:
-                        raise BadArgument("an application named %r already exists" % name)
                     app_id = repo.new_id()
-                    repo.insert_app(conn, id=app_id, name=name, hostname=hostname,
-                                    state=lifecycle.INSTANTIATED, desired=lifecycle.INSTANTIATED,
-                                    generation=0, created=now, termination_time=termination_time,
-                                    client_token=token.value if token else None,
-                                    request_digest=digest, options=_options_json(options),
-                                    event_seq=0)
+                    app = repo.create_app(conn, now, id=app_id, name=name, hostname=hostname,
+                                          termination_time=termination_time,
+                                          client_token=token.value if token else None,
+                                          request_digest=digest, options=_options_json(options))
                     view = repo.new_view(conn, app_id, portal, now)
                     if prepared is not None:
                         self.subscriptions.insert(conn, prepared, app_id, view, portal, now)
-                    app = repo.get_app(conn, app_id)
-                    app = repo.record_state(conn, app, lifecycle.INSTANTIATED, now)
                     repo.add_event(conn, repo.PORTAL_PRODUCER, repo.CREATED_TOPIC, 0,
                                    {"ResourceId": app_id, "name": name, "timestamp": now,
                                     "view": view.id, "portal": portal}, now)
                 break
             except IntegrityError:
+                # the unique indexes decide races: a name in use, or a concurrent create with
+                # the same client token (then the retry finds and returns that application)
                 if attempt == 2 or token is None:
                     raise BadArgument("an application named %r already exists" % name) from None
         self._after()
@@ -185,10 +181,9 @@ class Service:
 
     # -- application operations -----------------------------------------------------------------
     def app_for_view(self, view_id: str, resource_id: str | None = None) -> repo.App:
-        with self.store.read() as conn:
-            view = repo.get_view(conn, view_id)
-            app = repo.get_app(conn, view.app_id) if view else None
-        if view is None or app is None or (resource_id and resource_id != view.app_id):
+        with self.store.single() as conn:
+            app = repo.app_by_view(conn, view_id)
+        if app is None or (resource_id and resource_id != app.id):
             raise ResourceUnknown("no application view %s" % view_id)
         return app
 

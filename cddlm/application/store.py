@@ -36,7 +36,7 @@ def normalise_url(url: str) -> str:
 
 
 class Store:
-    def __init__(self, url: str, *, pool_size: int = 12):
+    def __init__(self, url: str, *, pool_size: int = 24):
         self.url = normalise_url(url)
         self.is_sqlite = self.url.startswith("sqlite")
         self._write_lock = threading.Lock() if self.is_sqlite else None
@@ -53,6 +53,9 @@ class Store:
                                             pool_pre_ping=True)
         except (SQLAlchemyError, ImportError) as e:
             raise StoreUnavailable("cannot open database %s: %s" % (self.safe_url, e)) from None
+        # one autocommit connection per thread for single-statement reads (the hot path)
+        self._single = self.engine.execution_options(cddlm_single=True, isolation_level="AUTOCOMMIT")
+        self._local = threading.local()
 
     @property
     def safe_url(self) -> str:
@@ -74,8 +77,10 @@ class Store:
 
         @event.listens_for(engine, "begin")
         def _begin(conn):
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("cddlm_write")
-                                 else "BEGIN")
+            options = conn.get_execution_options()
+            if options.get("cddlm_single"):
+                return  # one statement: SQLite's own statement-level consistency is enough
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get("cddlm_write") else "BEGIN")
 
     # -- transactions -----------------------------------------------------------------------
     @contextlib.contextmanager
@@ -103,6 +108,24 @@ class Store:
                     yield conn
 
     @contextlib.contextmanager
+    def single(self) -> Iterator[Connection]:
+        """A connection for one read statement, without a transaction of its own (the hot
+        path: one indexed SELECT per request). Each thread keeps its own."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            with self._translate():
+                conn = self._local.conn = self._single.connect()
+        try:
+            with self._translate():
+                yield conn
+                conn.commit()   # ends SQLAlchemy's marker; AUTOCOMMIT means no database work
+        except BaseException:
+            self._local.conn = None
+            conn.invalidate() if conn.invalidated is False and conn.closed is False else None
+            conn.close()
+            raise
+
+    @contextlib.contextmanager
     def _translate(self) -> Iterator[None]:
         try:
             yield
@@ -127,4 +150,8 @@ class Store:
             command.upgrade(cfg, "head")
 
     def dispose(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+            self._local.conn = None
         self.engine.dispose()

@@ -4,7 +4,7 @@ Spyne carries the HTTP exchange; this module does what the portal needs on top (
 notes/soap-stack.md): parse with the safe parser, check ``mustUnderstand`` headers, route on
 the full QName of the body element through the endpoint's operation table, validate the body
 against the project's schemas, and write the whole response envelope itself (body, fault and
-WS-Addressing headers) in the out-protocol's ``after_serialize`` hook.
+WS-Addressing headers) in place of Spyne's serializer.
 """
 
 from __future__ import annotations
@@ -159,6 +159,9 @@ class CddlmSoap(Soap11):
     def deserialize(self, ctx, message):
         ctx.in_object = [None]     # handlers read ctx.udc.request, not Spyne objects
 
+    def serialize(self, ctx, message):
+        _write_envelope(ctx)       # the portal writes every response envelope itself
+
 
 def _dispatch(ctx, _payload):
     state: _State = ctx.udc
@@ -230,6 +233,5 @@ def application(endpoint: Endpoint, validator: Validator | None, limits: Limits,
         "dispatch": rpc(AnyXml, _body_style="bare", _returns=AnyXml)(_dispatch)})
     in_protocol = CddlmSoap(endpoint, validator, limits, portal_url)
     out_protocol = CddlmSoap(endpoint, validator, limits, portal_url)
-    out_protocol.event_manager.add_listener("after_serialize", _write_envelope)
     return Application([service], tns=ns.API_WSDL, name=endpoint.name, in_protocol=in_protocol,
                        out_protocol=out_protocol)

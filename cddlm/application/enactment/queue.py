@@ -11,11 +11,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import and_, delete, exists, insert, or_, select, update
+from sqlalchemy import and_, bindparam, delete, exists, insert, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import aliased
 
 from cddlm.application.tables import engines, work
+
+
+_QUEUED = select(work.c.path, work.c.action).where(work.c.app_id == bindparam("app_id"))
+_QUEUED_GEN = _QUEUED.where(work.c.generation == bindparam("generation"))
+_INSERT = insert(work)
+_SUPERSEDE = delete(work).where(work.c.app_id == bindparam("app_id"),
+                                work.c.generation < bindparam("generation"), work.c.owner.is_(None))
+_FINISH = delete(work).where(work.c.id == bindparam("item"))
+_EXTEND = update(work).where(work.c.id == bindparam("item"), work.c.owner == bindparam("me")) \
+    .values(lease_expires=bindparam("until"))
 
 
 @dataclass(frozen=True)
@@ -33,25 +43,21 @@ def add(conn: Connection, app_id: str, items: list[tuple[str, str]], generation:
     """Queue (path, action) items unless an identical one is already queued."""
     if not items:
         return 0
-    have = {(p, a) for p, a in conn.execute(
-        select(work.c.path, work.c.action).where(work.c.app_id == app_id,
-                                                 work.c.generation == generation))}
+    have = {(p, a) for p, a in conn.execute(_QUEUED_GEN, {"app_id": app_id, "generation": generation})}
     rows = [dict(app_id=app_id, path=p, action=a, generation=generation, attempts=0,
                  not_before=now, created=now) for p, a in items if (p, a) not in have]
     if rows:
-        conn.execute(insert(work), rows)
+        conn.execute(_INSERT, rows)
     return len(rows)
 
 
 def queued(conn: Connection, app_id: str) -> set[tuple[str, str]]:
-    return {(p, a) for p, a in conn.execute(select(work.c.path, work.c.action)
-                                            .where(work.c.app_id == app_id))}
+    return {(p, a) for p, a in conn.execute(_QUEUED, {"app_id": app_id})}
 
 
 def supersede(conn: Connection, app_id: str, generation: int) -> None:
     """A newer intent: drop older items nobody holds (held ones stop at their next step)."""
-    conn.execute(delete(work).where(work.c.app_id == app_id, work.c.generation < generation,
-                                    work.c.owner.is_(None)))
+    conn.execute(_SUPERSEDE, {"app_id": app_id, "generation": generation})
 
 
 def claim(conn: Connection, owner: str, now: float, lease: float, limit: int,
@@ -82,12 +88,11 @@ def claim(conn: Connection, owner: str, now: float, lease: float, limit: int,
 
 def extend(conn: Connection, item_id: int, owner: str, until: float) -> bool:
     """Renew a lease; False when it was lost (then the worker must stop)."""
-    return conn.execute(update(work).where(work.c.id == item_id, work.c.owner == owner)
-                        .values(lease_expires=until)).rowcount == 1
+    return conn.execute(_EXTEND, {"item": item_id, "me": owner, "until": until}).rowcount == 1
 
 
 def finish(conn: Connection, item_id: int) -> None:
-    conn.execute(delete(work).where(work.c.id == item_id))
+    conn.execute(_FINISH, {"item": item_id})
 
 
 def retry_later(conn: Connection, item_id: int, owner: str, when: float) -> None:

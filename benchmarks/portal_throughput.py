@@ -1,0 +1,199 @@
+"""Portal request throughput and latency, next to a bare Spyne echo service.
+
+    .venv/bin/python benchmarks/portal_throughput.py [--seconds 5] [--clients 8] [--db URL]
+
+One server process runs, in one waitress server, the portal (SQLite under a temporary state
+dir by default) and a plain Spyne echo service (``/echo``, a string in and out). Client
+processes send prebuilt raw envelopes over keep-alive HTTP connections and time each request.
+
+Printed per workload, for one client and then N concurrent clients: requests per second, p50
+and p99 latency. Workloads: echo, GetResourceProperty(api:state) on an application, lookup by
+name, and create+terminate+destroy cycles (create latency reported on its own). The portal's
+targets: GetResourceProperty at least 0.7 x the echo throughput; create p99 under 50 ms on
+SQLite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+API = "http://www.gridforum.org/cddlm/deployapi/2005/02"
+ENV = ('<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" '
+       'xmlns:api="%s" xmlns:wsrf-rp="http://docs.oasis-open.org/wsrf/rp-2" '
+       'xmlns:e="urn:bench:echo"><soapenv:Body>%%s</soapenv:Body></soapenv:Envelope>' % API)
+
+
+# -- the server process ---------------------------------------------------------------------------
+def serve(state_dir: str, db: str | None, threads: int) -> None:
+    import logging
+    from spyne import Application, ServiceBase, Unicode, rpc
+    from spyne.protocol.soap import Soap11
+    from spyne.server.wsgi import WsgiApplication
+    from waitress.server import create_server
+    from cddlm.app import Portal
+    from cddlm.config import Settings
+
+    logging.basicConfig(level=logging.WARNING)
+
+    class Echo(ServiceBase):
+        @rpc(Unicode, _returns=Unicode)
+        def echo(ctx, text):
+            return text
+
+    echo = WsgiApplication(Application([Echo], tns="urn:bench:echo", in_protocol=Soap11(),
+                                       out_protocol=Soap11()))
+    portal = Portal(Settings(state_dir=state_dir, db_url=db, port=0, server_threads=threads))
+
+    def app(environ, start_response):
+        if environ.get("PATH_INFO", "").startswith("/echo"):
+            return echo(environ, start_response)
+        return portal.wsgi(environ, start_response)
+
+    server = create_server(app, host="127.0.0.1", port=0, threads=threads)
+    portal.server = server
+    portal.url = "http://127.0.0.1:%d" % int(server.effective_port)
+    portal.start()
+    print("READY %s" % portal.url, flush=True)
+    try:
+        server.run()
+    finally:
+        portal.stop()
+
+
+# -- clients --------------------------------------------------------------------------------------
+def _post(conn, path: str, body: bytes) -> bytes:
+    conn.request("POST", path, body, {"Content-Type": "text/xml; charset=utf-8"})
+    r = conn.getresponse()
+    data = r.read()
+    if r.status != 200:
+        raise RuntimeError("HTTP %d on %s: %s" % (r.status, path, data[:300]))
+    return data
+
+
+def _between(data: bytes, start: bytes, end: bytes) -> str:
+    return data.split(start, 1)[1].split(end, 1)[0].decode()
+
+
+def client(args) -> dict:
+    base, workload, seconds, ident, app_path = args
+    host = urllib.parse.urlsplit(base)
+    conn = http.client.HTTPConnection(host.hostname, host.port, timeout=30)
+    lat: dict[str, list[float]] = {}
+    deadline = time.perf_counter() + seconds
+    n = 0
+    echo = (ENV % "<e:echo><e:text>hello</e:text></e:echo>").encode()
+    state = (ENV % "<wsrf-rp:GetResourceProperty>api:state</wsrf-rp:GetResourceProperty>").encode()
+    lookup = (ENV % "<api:lookupRequest><api:name>bench-target</api:name></api:lookupRequest>").encode()
+    while time.perf_counter() < deadline:
+        if workload == "echo":
+            t0 = time.perf_counter()
+            _post(conn, "/echo", echo)
+            lat.setdefault("echo", []).append(time.perf_counter() - t0)
+        elif workload == "state":
+            t0 = time.perf_counter()
+            data = _post(conn, app_path, state)
+            lat.setdefault("state", []).append(time.perf_counter() - t0)
+            assert b">instantiated<" in data
+        elif workload == "lookup":
+            t0 = time.perf_counter()
+            _post(conn, "/cddlm/portal", lookup)
+            lat.setdefault("lookup", []).append(time.perf_counter() - t0)
+        elif workload == "cycle":
+            name = "b-%d-%d" % (ident, n)
+            t0 = time.perf_counter()
+            data = _post(conn, "/cddlm/portal",
+                         (ENV % "<api:createRequest><api:name>%s</api:name></api:createRequest>" % name).encode())
+            t1 = time.perf_counter()
+            address = _between(data, b"Address>", b"</")
+            path = "/" + address.split("/", 3)[3]
+            _post(conn, path, (ENV % "<api:terminateRequest/>").encode())
+            t2 = time.perf_counter()
+            _post(conn, path, (ENV % "<api:destroyRequest/>").encode())
+            t3 = time.perf_counter()
+            lat.setdefault("create", []).append(t1 - t0)
+            lat.setdefault("terminate", []).append(t2 - t1)
+            lat.setdefault("destroy", []).append(t3 - t2)
+            lat.setdefault("cycle", []).append(t3 - t0)
+        n += 1
+    conn.close()
+    return lat
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100.0 * (len(values) - 1))))]
+
+
+def run(base: str, workload: str, clients: int, seconds: float, app_path: str) -> dict:
+    with mp.Pool(clients) as pool:
+        results = pool.map(client, [(base, workload, seconds, i, app_path) for i in range(clients)])
+    merged: dict[str, list[float]] = {}
+    for r in results:
+        for k, v in r.items():
+            merged.setdefault(k, []).extend(v)
+    return {k: {"rps": len(v) / seconds, "p50": pct(v, 50) * 1000, "p99": pct(v, 99) * 1000,
+                "n": len(v)} for k, v in merged.items()}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--threads", type=int, default=8, help="server threads")
+    parser.add_argument("--db", help="database URL (default SQLite in a temporary directory)")
+    parser.add_argument("--serve", nargs=2, metavar=("STATE", "DB"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve(args.serve[0], None if args.serve[1] == "-" else args.serve[1], args.threads)
+        return 0
+    with tempfile.TemporaryDirectory() as tmp:
+        server = subprocess.Popen([sys.executable, __file__, "--threads", str(args.threads),
+                                   "--serve", tmp, args.db or "-"], stdout=subprocess.PIPE, cwd=ROOT)
+        try:
+            line = server.stdout.readline().decode()
+            if not line.startswith("READY "):
+                raise SystemExit("server did not start: %r" % line)
+            base = line.split()[1]
+            host = urllib.parse.urlsplit(base)
+            conn = http.client.HTTPConnection(host.hostname, host.port)
+            data = _post(conn, "/cddlm/portal",
+                         (ENV % "<api:createRequest><api:name>bench-target</api:name></api:createRequest>").encode())
+            app_path = "/" + _between(data, b"Address>", b"</").split("/", 3)[3]
+            print("portal throughput (%s, %gs per run, server threads %d, %s)"
+                  % (args.db or "SQLite", args.seconds, args.threads, "2 cores" if os.cpu_count() == 2
+                     else "%d cores" % os.cpu_count()))
+            print("%-10s %-8s %9s %9s %9s %8s" % ("workload", "clients", "req/s", "p50 ms", "p99 ms", "count"))
+            table = {}
+            for clients in (1, args.clients):
+                for workload in ("echo", "state", "lookup", "cycle"):
+                    res = run(base, workload, clients, args.seconds, app_path)
+                    for key, r in res.items():
+                        table[(key, clients)] = r
+                        print("%-10s %-8d %9.0f %9.2f %9.2f %8d" % (key, clients, r["rps"], r["p50"],
+                                                                   r["p99"], r["n"]))
+            for clients in (1, args.clients):
+                ratio = table[("state", clients)]["rps"] / table[("echo", clients)]["rps"]
+                print("GetResourceProperty / echo throughput, %d client(s): %.2f (target >= 0.7)"
+                      % (clients, ratio))
+                print("create p99, %d client(s): %.1f ms (target < 50 ms)"
+                      % (clients, table[("create", clients)]["p99"]))
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
