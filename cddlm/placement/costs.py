@@ -5,9 +5,12 @@ and the verifier both use this one definition.
     objective = sum over soft policies of violations x weight units x SOFT_UNIT
               + sum over components of packing(component, provider)
 
-``packing`` prefers providers that are already loaded (a linear consolidation proxy): for each
-dimension, the share of the provider the component takes times the share of the provider that
-was free before this request, averaged over the datacenter's dimensions, scaled to 0..PACK_SCALE.
+``packing`` prefers providers that are already loaded (a linear consolidation proxy): the share
+of the provider that was free before this request, averaged over the dimensions the component
+asks for, scaled to 0..PACK_SCALE. Each component counts alike, so the best placement puts as
+many components as it can where load already is and leaves empty hosts empty; a placement that
+spends the last room of a loaded host on one big component, where several small ones would have
+fitted, pays for it.
 A weight of 1 costs 1000 x SOFT_UNIT = 10^7 per violation, more than the packing of a thousand
 components, so soft policies come first.
 """
@@ -69,9 +72,10 @@ def free_capacity(dc: Datacenter, used: dict[int, dict[str, float]], provider: i
 
 def packing(dc: Datacenter, used: dict[int, dict[str, float]], demand: dict[str, float],
             provider: int) -> int:
-    total = 0.0
+    total, dims = 0.0, 0
     for dim, amount in demand.items():
         cap = dc.nodes[provider].capacity.get(dim, 0.0)
         if amount > 0 and cap > 0:
-            total += (amount / cap) * (free_capacity(dc, used, provider, dim) / cap)
-    return round(PACK_SCALE * total / max(1, len(dc.resources)))
+            total += free_capacity(dc, used, provider, dim) / cap
+            dims += 1
+    return round(PACK_SCALE * total / dims) if dims else 0

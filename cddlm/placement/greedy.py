@@ -156,21 +156,28 @@ class State:
                 self.counts[(pol.index, "l2", self.vertex(("level", pol.params["l2"]), p))] += 1
 
 
-def order(inst: Instance) -> list[int]:
-    """Existing placements first, then most constrained (fewest providers, biggest demand)."""
+def orders(inst: Instance) -> list[list[int]]:
+    """Sequences to try, existing placements always first: most constrained (fewest providers,
+    biggest demand), smallest demand first (more components fit where load already is), and
+    request order."""
     biggest = [max([f[i] for f in inst.free.values()] + [1]) for i in range(len(inst.dims))]
 
-    def key(c):
-        share = sum(d / biggest[i] for i, d in enumerate(inst.demand[c]))
-        return (c not in inst.req.existing, len(inst.eligible[c]), -share, c)
-    return sorted(range(len(inst.req.components)), key=key)
+    def share(c):
+        return sum(d / biggest[i] for i, d in enumerate(inst.demand[c]))
+
+    def pinned(c):
+        return c not in inst.req.existing
+    every = range(len(inst.req.components))
+    return [sorted(every, key=lambda c: (pinned(c), len(inst.eligible[c]), -share(c), c)),
+            sorted(every, key=lambda c: (pinned(c), share(c), c)),
+            sorted(every, key=lambda c: (pinned(c), c))]
 
 
 def solve(inst: Instance, sequence: list[int] | None = None, lookahead: bool = True
           ) -> dict[int, int] | None:
     """A placement {component: provider}, or None when the pass gets stuck."""
     state = State(inst, lookahead)
-    for c in (sequence if sequence is not None else order(inst)):
+    for c in (sequence if sequence is not None else orders(inst)[0]):
         best, best_score = None, None
         for p in inst.eligible[c]:  # cheapest first: stop once packing alone cannot win
             base = inst.cost[c][p]
