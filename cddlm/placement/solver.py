@@ -1,0 +1,219 @@
+"""The placement solver: always answers, within a time limit.
+
+1. Filters (``eligibility``): providers each component may use at all.
+2. Greedy pass (``greedy``): milliseconds; an answer in hand, and a hint for step 3.
+3. CP-SAT (``cpmodel``) over candidate providers per component: all of them when the model stays
+   small (at most FULL_LIMIT booleans), else the K cheapest half plus a seeded sample half plus
+   the greedy choice (K = PRUNED_BUDGET / components). It improves soft violations and packing,
+   gives a bound, and proves infeasibility. The greedy answer is its hint.
+4. The verifier re-checks whatever is returned; a rejected answer is never returned as feasible.
+5. No placement: ``conflicts`` explains with a small set of hard policies.
+
+Status: ``optimal`` only when CP-SAT proved it over the unpruned candidates; ``feasible`` for
+any other verified answer; ``infeasible`` when proven (``proven``) or when nothing was found in
+time (``proven`` false, said in ``reason``).
+
+Determinism: CP-SAT runs with a fixed ``random_seed``, ``num_workers`` (default 2, the
+machine's cores) and, for models up to LARGE_MODEL booleans, ``interleave_search``, which
+schedules its subsolvers in deterministic batches: a search that ends (optimal or infeasible)
+before the time limit gives the same answer on every run, ties included. Larger models use the
+plain parallel portfolio without probing (measured: interleaving and probing delayed the first
+CP-SAT solution on 1,000 x 1,000 from 3 s to 12-19 s), whose answers at the limit vary. When the wall-clock limit stops the search, how far it got depends
+on the machine's speed and load, so the answer may differ; ``deterministic=True`` measures the
+limit in CP-SAT's deterministic time instead, and then repeats exactly (but no longer tracks
+seconds precisely).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from ortools.sat.python import cp_model
+
+from cddlm.placement import conflicts, eligibility, greedy
+from cddlm.placement.cpmodel import Model
+from cddlm.placement.datacenter import Datacenter
+from cddlm.placement.request import Request
+from cddlm.placement.verifier import Report, verify
+
+FULL_LIMIT = 120_000
+PRUNED_BUDGET = 60_000
+MIN_K = 16
+LARGE_MODEL = 20_000  # booleans: above, favour speed (no interleaving, no probing)
+
+
+@dataclass
+class Result:
+    status: str
+    placement: dict[int, int]  # component index -> provider node index
+    report: Report | None
+    solver: str
+    conflicts: list[int] = field(default_factory=list)
+    reason: str | None = None
+    proven: bool = True
+    bound: int | None = None
+    pruned: bool = False
+    seconds: float = 0.0
+    first_solution: float | None = None  # seconds from the start to the first verified answer
+    greedy_objective: int | None = None
+
+    @property
+    def objective(self) -> int | None:
+        return self.report.objective if self.report and self.report.ok else None
+
+
+class _FirstSolution(cp_model.CpSolverSolutionCallback):
+    def __init__(self, clock):
+        super().__init__()
+        self.clock, self.at = clock, None
+
+    def on_solution_callback(self):
+        if self.at is None:
+            self.at = self.clock()
+
+
+def candidates(inst: eligibility.Instance, seed: int, hint: dict[int, int] | None
+               ) -> tuple[list[list[int]], bool]:
+    """Every eligible provider when the model stays small; else, per component, the K/2
+    cheapest, a seeded sample of K/2 from the *useful* range (no dearer than the dearest
+    provider the hint gave a component with the same demand and traits: moving anywhere dearer
+    cannot improve), and the hint's own choice, so the hint stays a solution."""
+    total = sum(len(e) for e in inst.eligible)
+    if total <= FULL_LIMIT:
+        return inst.eligible, False
+    k = max(MIN_K, PRUNED_BUDGET // max(1, len(inst.eligible)))
+    limit: dict[int, int] = {}  # id of a shared eligibility list -> dearest hinted cost
+    if hint:
+        for c, p in hint.items():
+            key = id(inst.eligible[c]) if c not in inst.req.existing else -1 - c
+            limit[key] = max(limit.get(key, 0), inst.cost[c][p])
+    out, pruned = [], False
+    for c, elig in enumerate(inst.eligible):
+        if len(elig) <= k:
+            out.append(elig)
+            continue
+        pruned = True
+        keep = elig[: k // 2]
+        rest = elig[k // 2:]
+        ceiling = limit.get(id(elig))
+        if ceiling is not None:
+            useful = [p for p in rest if inst.cost[c][p] <= ceiling]
+            rest = useful if len(useful) >= k - len(keep) else rest[:max(len(useful), k)]
+        keep += random.Random(seed * 1_000_003 + c).sample(rest, min(len(rest), k - len(keep)))
+        if hint and hint.get(c) is not None and hint[c] not in keep:
+            keep.append(hint[c])
+        out.append(sorted(keep, key=lambda p: (inst.cost[c][p], p)))
+    return out, pruned
+
+
+def solve(dc: Datacenter, req: Request, *, clock, time_limit: float = 10.0, seed: int = 0,
+          used=None, used_bandwidth=None, workers: int = 2, deterministic: bool = False,
+          use_cp: bool = True) -> Result:
+    start = clock()
+    used = used or {}
+    inst = eligibility.build(dc, req, used, used_bandwidth)
+
+    def elapsed():
+        return clock() - start
+
+    def checked(placement):
+        report = verify(dc, req, placement, used, used_bandwidth)
+        return report if report.ok else None
+
+    if any(not e for e in inst.eligible):
+        return _infeasible(dc, req, used, used_bandwidth, inst, start, clock, time_limit, seed,
+                           "filters")
+    first, g_report = None, None
+    for sequence in greedy.orders(inst):  # a few orders, milliseconds each: keep the best
+        attempt = greedy.solve(inst, sequence)
+        report = checked(attempt) if attempt else None
+        if report is not None and (g_report is None or report.objective < g_report.objective):
+            first, g_report = attempt, report
+    best = Result("feasible", first, g_report, "greedy") if g_report else None
+    if best:
+        best.first_solution = elapsed()
+        best.greedy_objective = g_report.objective
+    if not use_cp:
+        return _finish(best, start, clock) if best else _infeasible(
+            dc, req, used, used_bandwidth, inst, start, clock, time_limit, seed, "greedy")
+    cands, pruned = candidates(inst, seed, first if g_report else None)
+    outcome = _cp(inst, cands, first if g_report else None, clock, start, time_limit, seed,
+                  workers, deterministic)
+    status, placement, bound, found_at = outcome
+    if placement is not None:
+        report = checked(placement)
+        if report is not None and (best is None or report.objective <= best.report.objective):
+            optimal = status == cp_model.OPTIMAL and not pruned
+            greedy_objective = best.greedy_objective if best else None
+            best = Result("optimal" if optimal else "feasible", placement, report,
+                          "greedy+cp-sat" if g_report else "cp-sat", bound=bound, pruned=pruned,
+                          first_solution=best.first_solution if best else found_at - start,
+                          greedy_objective=greedy_objective)
+        elif best is not None:
+            best.bound, best.pruned = bound, pruned
+            if status == cp_model.OPTIMAL and not pruned and report is not None:
+                best.status = "optimal"  # CP-SAT proved the greedy answer cannot be beaten
+    elif best is not None:
+        best.bound, best.pruned = bound, pruned
+    if best is not None:
+        return _finish(best, start, clock)
+    if status == cp_model.INFEASIBLE and pruned:
+        status, placement, bound, found_at = _cp(inst, inst.eligible, None, clock, start,
+                                                 time_limit, seed, workers, deterministic)
+        if placement is not None and checked(placement):
+            return _finish(Result("feasible", placement, checked(placement), "cp-sat",
+                                  first_solution=found_at - start), start, clock)
+        pruned = status != cp_model.INFEASIBLE
+    if status == cp_model.INFEASIBLE and not pruned:
+        return _infeasible(dc, req, used, used_bandwidth, inst, start, clock, time_limit, seed,
+                           "cp-sat")
+    result = Result("infeasible", {}, None, "cp-sat", proven=False,
+                    reason="no placement was found within the time limit of %gs, and none "
+                           "could be shown impossible" % time_limit)
+    return _finish(result, start, clock)
+
+
+def _cp(inst, cands, hint, clock, start, time_limit, seed, workers, deterministic):
+    model = Model(inst, cands)
+    if hint:
+        model.hint(hint)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = seed
+    if sum(len(c) for c in cands) <= LARGE_MODEL:
+        solver.parameters.interleave_search = True  # parallel, yet repeatable for one seed
+    else:  # measured: interleaving and probing delay the first solution by 10-20 s here
+        solver.parameters.cp_model_probing_level = 0
+    left = max(0.05, time_limit - (clock() - start) - 0.05)
+    if deterministic:
+        solver.parameters.max_deterministic_time = left
+    else:
+        solver.parameters.max_time_in_seconds = left
+    callback = _FirstSolution(clock)
+    status = solver.Solve(model.m, callback)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return status, model.placement(solver), int(solver.BestObjectiveBound()), callback.at
+    return status, None, None, None
+
+
+def _infeasible(dc, req, used, used_bandwidth, inst, start, clock, time_limit, seed, by):
+    """Explain, with the policies that emptied a component's providers when that is the cause."""
+    for c, elig in enumerate(inst.eligible):
+        if not elig and c in inst.emptied_by:
+            labels = [req.policies[i].label for i in inst.emptied_by[c]]
+            return _finish(Result(
+                "infeasible", {}, None, by, conflicts=sorted(inst.emptied_by[c]),
+                reason="component %s: no provider satisfies %s" % (
+                    req.components[c].name, "; ".join(labels))), start, clock)
+    base = eligibility.build(dc, req, used, used_bandwidth, monadic=False, arcs=False)
+    left = max(0.5, time_limit - (clock() - start))
+    why = conflicts.explain(base, left, clock, seed)
+    result = Result("infeasible", {}, None, by, conflicts=why.conflicts, reason=why.reason,
+                    proven=True)
+    return _finish(result, start, clock)
+
+
+def _finish(result: Result, start, clock) -> Result:
+    result.seconds = clock() - start
+    return result

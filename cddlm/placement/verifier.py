@@ -1,0 +1,182 @@
+"""The independent verifier: re-checks an answer from the models alone, sharing no code with the
+greedy pass or the CP-SAT model. It checks that every component sits on one provider, existing
+placements, capacities (with what other applications use), the provider's required and forbidden
+traits, every hard policy, and counts the violations of every soft policy; it computes the
+objective by the definition in ``costs.py``.
+
+How violations are counted (the same numbers the solver minimises):
+collocation / anti-collocation / affinity / anti-affinity: member pairs apart / together;
+affinity with an identifier: members outside the target; llmn: missing l1 vertices + members
+over ceil(M/n) per l1 vertex + members beyond one per l2 vertex; same-subtree: members outside
+the best vertex; hop-limit: pairs too far apart; bandwidth: pairs with an edge on their path whose
+load exceeds its capacity (soft pairs' load counts; hard pairs must fit on their own); license
+and root-traits: members on a host without (with) the traits.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from cddlm.placement.costs import SOFT_UNIT, packing, weight_units
+from cddlm.placement.datacenter import Datacenter
+from cddlm.placement.policies import Policy
+from cddlm.placement.request import Request
+
+EPSILON = 1e-9
+
+
+@dataclass
+class Evaluation:
+    policy: Policy
+    violations: int  # 0 = met
+    bad: list[int] = field(default_factory=list)  # components involved in violations
+
+
+@dataclass
+class Report:
+    errors: list[str]  # hard problems: a non-empty list means the answer must not be used
+    evaluations: list[Evaluation]
+    objective: int
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    def soft_violations(self) -> list[Evaluation]:
+        return [e for e in self.evaluations if not e.policy.hard and e.violations]
+
+
+def verify(dc: Datacenter, req: Request, placement: dict[int, int],
+           used: dict[int, dict[str, float]] | None = None,
+           used_bandwidth: dict[int, float] | None = None) -> Report:
+    """Check ``placement`` {component index: provider node index}."""
+    used = used or {}
+    errors: list[str] = []
+    names = [c.name for c in req.components]
+    for c in req.components:
+        p = placement.get(c.index)
+        if p is None:
+            errors.append("component %s is not placed" % c.name)
+        elif p not in dc.providers:
+            errors.append("component %s is on %s, which is not a provider"
+                          % (c.name, dc.nodes[p].name))
+    if errors:
+        return Report(errors, [], 0)
+    for c, node in req.existing.items():
+        p = placement[c]
+        if p != node and dc.nodes[p].host != node:
+            errors.append("existing component %s moved from %s to %s"
+                          % (names[c], dc.nodes[node].name, dc.nodes[p].name))
+    load: dict[int, Counter] = defaultdict(Counter)
+    for c in req.components:
+        load[placement[c.index]].update(c.demand)
+        traits = dc.nodes[placement[c.index]].traits
+        if not c.traits <= traits or c.forbidden & traits:
+            errors.append("component %s: provider %s lacks required or has forbidden traits"
+                          % (c.name, dc.nodes[placement[c.index]].name))
+    for p, amounts in load.items():
+        for dim, amount in amounts.items():
+            total = amount + used.get(p, {}).get(dim, 0.0)
+            cap = dc.nodes[p].capacity.get(dim, 0.0)
+            if total > cap + EPSILON * max(1.0, cap):
+                errors.append("provider %s: %s %g exceeds capacity %g"
+                              % (dc.nodes[p].name, dim, total, cap))
+    evaluations = [evaluate(dc, req, pol, placement, used_bandwidth or {})
+                   for pol in req.policies]
+    objective = 0
+    for e in evaluations:
+        if e.policy.hard and e.violations:
+            errors.append("%s is violated (%s)" % (e.policy.label,
+                                                  ", ".join(names[c] for c in e.bad)))
+        elif not e.policy.hard:
+            objective += e.violations * weight_units(e.policy.weight) * SOFT_UNIT
+    objective += sum(packing(dc, used, c.demand, placement[c.index]) for c in req.components)
+    return Report(errors, evaluations, objective)
+
+
+def vertex_of(dc: Datacenter, policy_partition: tuple[str, str], provider: int) -> str:
+    return dc.partition(*policy_partition).names[dc.partition(*policy_partition).of[provider]]
+
+
+def evaluate(dc: Datacenter, req: Request, pol: Policy, placement: dict[int, int],
+             used_bandwidth: dict[int, float]) -> Evaluation:
+    host = {c: dc.host_name(placement[c]) for c in pol.members}
+    if pol.type in ("collocation", "anti-collocation", "affinity", "anti-affinity") \
+            and "target" not in pol.params:
+        where = {c: vertex_of(dc, pol.partition, placement[c]) for c in pol.members}
+        together = pol.type in ("collocation", "affinity")
+        bad = [(a, b) for a, b in pol.pairs if (where[a] == where[b]) != together]
+        return Evaluation(pol, len(bad), sorted({c for pair in bad for c in pair}))
+    if pol.type == "affinity":
+        bad = [c for c in pol.members
+               if vertex_of(dc, pol.partition, placement[c]) != pol.params["target"]]
+        return Evaluation(pol, len(bad), bad)
+    if pol.type == "llmn":
+        return _llmn(dc, pol, placement)
+    if pol.type == "same-subtree":
+        where = {c: vertex_of(dc, pol.partition, placement[c]) for c in pol.members}
+        best, _ = Counter(where.values()).most_common(1)[0]
+        bad = [c for c in pol.members if where[c] != best]
+        return Evaluation(pol, len(bad), bad)
+    if pol.type == "hop-limit":
+        bad = []
+        for a, b in pol.pairs:
+            hops = 0 if host[a] == host[b] else dc.network.hops(host[a], host[b])
+            if hops is None or hops > pol.params["hops"]:
+                bad.append((a, b))
+        return Evaluation(pol, len(bad), sorted({c for pair in bad for c in pair}))
+    if pol.type == "bandwidth":
+        return _bandwidth(dc, req, pol, placement, used_bandwidth)
+    # license, root-traits: traits of the host above each member's provider
+    bad = [c for c in pol.members
+           if not pol.params["required"] <= dc.node(host[c]).traits
+           or pol.params["forbidden"] & dc.node(host[c]).traits]
+    return Evaluation(pol, len(bad), bad)
+
+
+def _llmn(dc: Datacenter, pol: Policy, placement: dict[int, int]) -> Evaluation:
+    l1 = {c: vertex_of(dc, ("level", pol.params["l1"]), placement[c]) for c in pol.members}
+    l2 = {c: vertex_of(dc, ("level", pol.params["l2"]), placement[c]) for c in pol.members}
+    per_l1, per_l2 = Counter(l1.values()), Counter(l2.values())
+    violations = max(0, pol.params["n"] - len(per_l1))
+    violations += sum(max(0, k - pol.params["per_l1"]) for k in per_l1.values())
+    violations += sum(max(0, k - 1) for k in per_l2.values())
+    bad = [c for c in pol.members if per_l1[l1[c]] > pol.params["per_l1"] or per_l2[l2[c]] > 1]
+    if len(per_l1) < pol.params["n"]:
+        bad = list(pol.members)
+    return Evaluation(pol, violations, sorted(bad))
+
+
+def _bandwidth(dc: Datacenter, req: Request, pol: Policy, placement: dict[int, int],
+               used_bandwidth: dict[int, float]) -> Evaluation:
+    """Loads of every bandwidth policy of the request are summed per edge; hard pairs must fit
+    with the hard load alone, a soft pair is violated where the total load does not fit."""
+    net = dc.network
+    hard_load: Counter = Counter(used_bandwidth)
+    total_load: Counter = Counter(used_bandwidth)
+    unreachable = set()
+    for other in req.policies:
+        if other.type != "bandwidth":
+            continue
+        for a, b in other.pairs:
+            ha, hb = dc.host_name(placement[a]), dc.host_name(placement[b])
+            edges = [] if ha == hb else net.path_edges(ha, hb)
+            if edges is None:
+                if other is pol:
+                    unreachable.add((a, b))
+                continue
+            for e in edges:
+                total_load[e] += other.params["mbps"]
+                if other.hard:
+                    hard_load[e] += other.params["mbps"]
+    load = hard_load if pol.hard else total_load
+    bad = []
+    for a, b in pol.pairs:
+        ha, hb = dc.host_name(placement[a]), dc.host_name(placement[b])
+        edges = [] if ha == hb else (net.path_edges(ha, hb) or [])
+        over = any(net.nodes[e].bandwidth is not None and
+                   load[e] > net.nodes[e].bandwidth + EPSILON for e in edges)
+        if over or (a, b) in unreachable:
+            bad.append((a, b))
+    return Evaluation(pol, len(bad), sorted({c for pair in bad for c in pair}))
