@@ -18,6 +18,7 @@ class Host:
     name: str
     agent: str = "local"
     capacity: dict = field(default_factory=dict, hash=False, compare=False)
+    workdir: str | None = None   # a local host's directory (default HOSTS_DIR/NAME)
 
     @property
     def local(self) -> bool:
@@ -50,7 +51,8 @@ class Hosts:
                 if name in found:
                     raise BadArgument("host %s appears twice in the datacenter" % name)
                 found[name] = Host(name, str(node.get("agent") or "local"),
-                                   dict(node.get("capacity") or {}))
+                                   dict(node.get("capacity") or {}),
+                                   str(node["workdir"]) if node.get("workdir") else None)
                 return
             for child in node.get("children") or []:
                 visit(child, depth + 1)

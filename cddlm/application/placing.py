@@ -25,10 +25,12 @@ class Placer:
         self.hosts = hosts
         self.time_limit = time_limit
 
-    def place(self, deployment: Deployment, used: dict[str, dict[str, float]]) -> dict[str, dict]:
-        """{component path: {"host": ..., "provider": ...}} for every placed component."""
+    def place(self, deployment: Deployment, used: dict[str, dict[str, float]],
+              down: set[str] = frozenset()) -> tuple[dict[str, dict], dict | None]:
+        """({component path: {"host", "provider"}} for every placed component, the audit of
+        the placement's policies (None without a datacenter: there are no policies to audit))."""
         if self.hosts.datacenter is not None:
-            return self._solve(deployment, used)
+            return self._solve(deployment, used, down)
         (only,) = self.hosts.names() if len(self.hosts.names()) == 1 else (None,)
         out = {}
         for path, comp in placed_paths(deployment):
@@ -37,9 +39,13 @@ class Placer:
                 raise PlacementError("component %s asks for host %r, which this portal does not "
                                      "manage (hosts: %s)" % (path, host, ", ".join(self.hosts.names())),
                                      ["host pin of %s" % path])
+            if host in down:
+                raise PlacementError("component %s needs host %s, which is marked down" % (path, host),
+                                     ["host %s is down" % host])
             out[path] = {"host": host, "provider": host}
-        return out
+        return out, None
 
-    def _solve(self, deployment: Deployment, used: dict[str, dict[str, float]]) -> dict[str, dict]:
+    def _solve(self, deployment: Deployment, used: dict[str, dict[str, float]],
+               down: set[str]) -> tuple[dict[str, dict], dict | None]:
         from cddlm.application import placement_bridge
-        return placement_bridge.solve(self.hosts.datacenter, deployment, used, self.time_limit)
+        return placement_bridge.solve(self.hosts.datacenter, deployment, used, down, self.time_limit)

@@ -231,7 +231,8 @@ class Service:
         deployment = result.deployment
         with self.store.read() as conn:
             used = self._used_capacity(conn)
-        placement = self.placer.place(deployment, used)
+            down = self._down_hosts(conn)
+        placement, audit = self.placer.place(deployment, used, down)
         validate_only = understood.get(opts.VALIDATE_ONLY)
         if validate_only is not None and validate_only.value:
             return
@@ -244,7 +245,7 @@ class Service:
             values: dict[str, Any] = dict(
                 language=descriptor.language, descriptor=text, descriptor_digest="sha256:" + digest,
                 properties=props, options=_options_json(options), deployment=deployment.to_json(),
-                placement={"components": placement}, desired=lifecycle.INITIALIZED,
+                placement={"components": placement, "audit": audit}, desired=lifecycle.INITIALIZED,
                 generation=app.generation + 1,
                 init_token=(token.value + " " + init_key) if token else None)
             if termination_time is not None:
@@ -435,7 +436,10 @@ class Service:
                 conn.execute(hosts_table.insert().values(name=name, down=down, reason=reason,
                                                          updated=now))
         if down and self.engine is not None:
-            self.engine.check_all()
+            self.engine.check_all(host=name)
+
+    def _down_hosts(self, conn) -> set[str]:
+        return {r[0] for r in conn.execute(select(hosts_table.c.name).where(hosts_table.c.down))}
 
 
 def _digest(data: Any) -> str:

@@ -35,7 +35,10 @@ from cddlm.errors import CddlmError, StoreUnavailable
 from cddlm.lang.model import Deployment
 
 log = logging.getLogger(__name__)
-HEARTBEAT = 5.0
+
+
+class Superseded(Exception):
+    """The application moved to a newer intent while this item was in hand."""
 
 
 class Engine:
@@ -47,7 +50,7 @@ class Engine:
         self.clock = clock
         self.url = url
         self.id = uuid.uuid4().hex
-        self.runners = {h.name: LocalRunner(h.name, os.path.join(settings.state_dir, "hosts", h.name))
+        self.runners = {h.name: LocalRunner(h.name, h.workdir or os.path.join(settings.hosts_root, h.name))
                         for h in hosts.hosts.values() if h.local}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -61,7 +64,8 @@ class Engine:
     def start(self) -> None:
         now = self.clock()
         with self.store.write() as conn:
-            queue.release_dead(conn, now, 3 * HEARTBEAT, self.store.is_sqlite, self.id)
+            queue.release_dead(conn, now, 3 * self.settings.heartbeat_seconds, self.store.is_sqlite,
+                               self.id)
             queue.register_engine(conn, self.id, self.url, now)
         self.watcher = ExitWatcher(self._on_exit)
         self._readopt()
@@ -146,6 +150,8 @@ class Engine:
             for item in items:
                 try:
                     self._perform(item)
+                except Superseded:
+                    self._drop(item)
                 except Lost:
                     log.info("lost the lease of %s %s/%s", item.action, item.app_id, item.path)
                 except StoreUnavailable as e:
@@ -153,6 +159,13 @@ class Engine:
                 except Exception:
                     log.exception("work item %s failed unexpectedly", item)
                     self._give_up(item)
+
+    def _drop(self, item: queue.Item) -> None:
+        """Forget a superseded item and let the newer intent plan the next work."""
+        with self.store.write() as conn:
+            queue.finish(conn, item.id)
+            _, added = reconcile(conn, item.app_id, self.clock())
+        self._after(added)
 
     def _give_up(self, item: queue.Item) -> None:
         """An unexpected error: retry later with back-off; after 5 attempts fail the component."""
@@ -199,10 +212,7 @@ class Engine:
                 queue.finish(conn, item.id)
             return
         if item.generation < app.generation and item.action != "stop":
-            with self.store.write() as conn:
-                queue.finish(conn, item.id)
-                _, added = reconcile(conn, app.id, self.clock())
-            self._after(added)
+            self._drop(item)
             return
         runner = self.runners.get(comp.host or "")
         keep = self._keep_lease(item)
@@ -238,6 +248,9 @@ class Engine:
         with self.store.write() as conn:
             if not queue.extend(conn, item.id, self.id, self.clock() + self.settings.lease_seconds):
                 raise Lost("lease lost")
+            app = repo.get_app(conn, item.app_id)
+            if app is None or (item.action != "stop" and app.generation > item.generation):
+                raise Superseded()   # a newer intent: this item's next step is not taken
             repo.update_component(conn, item.app_id, comp.path, observed=observed,
                                   updated=self.clock())
         comp.observed = observed
@@ -351,13 +364,15 @@ class Engine:
             paths = [c.path for c in repo.get_components(conn, app_id)]
         return [h for h in (self.check_component(app_id, p) for p in paths) if h is not None]
 
-    def check_all(self) -> None:
-        """The scheduled liveness pass over every running component on this portal's hosts."""
+    def check_all(self, host: str | None = None) -> None:
+        """The scheduled liveness pass over every running component (of one host if given)."""
         from sqlalchemy import select
+        query = select(components.c.app_id, components.c.path).where(
+            components.c.observed == states.RUNNING, components.c.type.not_in(list(states.CONTAINERS)))
+        if host is not None:
+            query = query.where(components.c.host == host)
         with self.store.read() as conn:
-            rows = conn.execute(select(components.c.app_id, components.c.path)
-                                .where(components.c.observed == states.RUNNING,
-                                       components.c.type.not_in(list(states.CONTAINERS)))).all()
+            rows = conn.execute(query).all()
         for app_id, path in rows:
             if self._stop.is_set():
                 return
@@ -382,13 +397,14 @@ class Engine:
                 self.check_component(app_id, path)
 
     def _heartbeat_loop(self) -> None:
-        while not self._stop.wait(HEARTBEAT):
+        beat = self.settings.heartbeat_seconds
+        while not self._stop.wait(beat):
             try:
                 now = self.clock()
                 with self.store.write() as conn:
                     queue.heartbeat(conn, self.id, now)
                     if not self.store.is_sqlite:
-                        if queue.release_dead(conn, now, 3 * HEARTBEAT, False, self.id):
+                        if queue.release_dead(conn, now, 3 * beat, False, self.id):
                             self._wake.set()
             except StoreUnavailable as e:
                 log.warning("heartbeat failed: %s", e)
