@@ -159,12 +159,12 @@ def applications(ptype: PolicyType, hard: bool, params: dict[str, Any],
         if ptype.shape == "group":
             return [app(tuple(group_wide))] if group_wide else []
         sides = [[[a], [b]] for a, b in itertools.combinations(group_wide, 2)]
-    out = []
+    out: dict[Application, None] = {}   # a symmetric pair reached both ways counts once
     for left, right in sides:
         for x, y in itertools.product(left, right):
             if x != y:
-                out.append(app(tuple(sorted((x, y))) if ptype.shape == "symmetric" else (x, y)))
-    return out
+                out[app(tuple(sorted((x, y))) if ptype.shape == "symmetric" else (x, y))] = None
+    return list(out)
 
 
 def expand(deployment: Deployment) -> list[Application]:
