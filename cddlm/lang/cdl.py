@@ -50,6 +50,11 @@ _EXTENDS = "{%s}x" % INTERNAL            # index into _Resolver.extends
 _LAZY = "{%s}l" % INTERNAL               # index into _Resolver.lazy_targets (a settled lazy ref)
 _DOC = "{%s}d" % INTERNAL                # index of the document an element comes from (not 0)
 STAMPS = (_PENDING, _EXTENDS, _LAZY, _DOC)
+# scans of whole subtrees run in libxml2, not in Python
+_SIZE = etree.XPath("count(descendant-or-self::*)")
+_PENDING_BELOW = etree.XPath(".//*[@i:p]", namespaces={"i": INTERNAL})
+_PENDING_IN = etree.XPath("descendant-or-self::*[@i:p]", namespaces={"i": INTERNAL})
+_LAZY_IN = etree.XPath("descendant-or-self::*[@i:l]", namespaces={"i": INTERNAL})
 
 MAX_CHAIN = 100                          # references / extends in progress at once
 BOOLEANS = {"true": True, "1": True, "false": False, "0": False}
@@ -146,24 +151,32 @@ class _Resolver:
         self.resolving: list[str] = []                # prototypes being resolved (extends loop)
         self.active: dict[etree._Element, None] = {}  # values being settled (reference loop)
         self.index: dict[etree._Element, dict[str, etree._Element]] = {}
+        self.settled: dict[etree._Element, int] = {}  # settled subtrees and their sizes
         self.proto_names: dict[etree._Element, str] = {}
         self.doc_roots: list[etree._Element] = []
+        self.root_index: dict[etree._Element, int] = {}
         self.system_extending: list[etree._Element] = []
 
     # -- errors --------------------------------------------------------------------------------
     def where(self, el: etree._Element | None = None, doc: int | None = None,
               line: int | None = None) -> dict:
-        if doc is None:
-            doc = int(el.get(_DOC, 0)) if el is not None else 0
+        """file and line of an element: a copy carries the index of its document; an original
+        is found by the root of its document."""
+        if doc is None and el is not None:
+            stamp = el.get(_DOC)
+            doc = int(stamp) if stamp is not None else \
+                self.root_index.get(el.getroottree().getroot(), 0)
         if line is None and el is not None:
             line = el.sourceline
-        return {"file": self.docs[doc].label if doc < len(self.docs) else None, "line": line}
+        return {"file": self.docs[doc or 0].label, "line": line}
 
-    def descriptor_error(self, message: str, kind: str, el=None, **where) -> DescriptorError:
-        return DescriptorError(message, kind=kind, **{**self.where(el), **where})
+    def descriptor_error(self, message: str, kind: str, el=None, *, doc: int | None = None,
+                         line: int | None = None, path: str | None = None) -> DescriptorError:
+        return DescriptorError(message, kind=kind, path=path, **self.where(el, doc, line))
 
-    def resolution_error(self, message: str, kind: str, el=None, **where) -> ResolutionError:
-        return ResolutionError(message, kind=kind, **{**self.where(el), **where})
+    def resolution_error(self, message: str, kind: str, el=None, *, doc: int | None = None,
+                         line: int | None = None, path: str | None = None) -> ResolutionError:
+        return ResolutionError(message, kind=kind, path=path, **self.where(el, doc, line))
 
     def charge(self, count: int) -> None:
         self.nodes += count
@@ -199,14 +212,16 @@ class _Resolver:
             root = xmlsafe.parse(data, max_bytes=self.limits.max_body_bytes,
                                  max_depth=self.limits.max_xml_depth)
         except xmlsafe.UnsafeXml as e:
-            raise DescriptorError(e.message, kind="not-well-formed", file=label, line=e.line) from None
+            kind = "too-deep" if "depth" in e.message or "nesting" in e.message else "not-well-formed"
+            raise DescriptorError(e.message, kind=kind, file=label, line=e.line) from None
         # re-root under an element declaring the internal namespace once, so stamps add no
         # declarations of their own
         holder = etree.Element(root.tag, attrib=dict(root.attrib),
                                nsmap={**root.nsmap, "cddlm-internal": INTERNAL})
         holder.extend(list(root))
         self.doc_roots.append(holder)
-        self.charge(sum(1 for _ in holder.iter()))
+        self.root_index[holder] = doc.index
+        self.charge(int(_SIZE(holder)))
         imports = self.check_root(holder, doc)
         key = (url, rehome)
         self.loading.append(key)
@@ -270,7 +285,7 @@ class _Resolver:
             qname = "{%s}%s" % (doc.rehome, qname)
         existing = self.protos.get(qname)
         if existing is not None:
-            if existing.url is not None and existing.url == doc.url:
+            if existing.doc is not doc and existing.url is not None and existing.url == doc.url:
                 doc.configuration.remove(el)  # the same document imported in another way
                 return
             raise self.descriptor_error("duplicate prototype %s (first declared in %s)"
@@ -307,7 +322,7 @@ class _Resolver:
             data = self.request.loader(url)
         except ResolutionError as e:
             if not e.file:
-                e.file, e.line = self.where(el)["file"], el.sourceline
+                e.file, e.line = doc.label, el.sourceline
             raise
         self.load(data, url, url, namespace)
 
@@ -332,30 +347,33 @@ class _Resolver:
     # -- phase 1: preparing a subtree ----------------------------------------------------------
     def prepare(self, top: etree._Element, doc: _Doc, *, is_system: bool) -> list[etree._Element]:
         """One pass over a prototype or the system (see the module docstring). Returns the
-        elements that extend a prototype, in document order."""
+        elements that extend a prototype, in document order. ``depth`` counts the steps below a
+        prototype: there an absolute reference path means the prototype's root, so it becomes
+        a relative one that keeps that meaning in every element extending the prototype."""
         extending: list[etree._Element] = []
         if is_system:
             _clean(top)
-        stack = list(reversed(top)) if is_system else [top]
+        stack = [(c, None) for c in reversed(top)] if is_system else [(top, 0)]
         while stack:
-            el = stack.pop()
+            el, depth = stack.pop()
             if el.tag.startswith("{" + CDL + "}"):
                 if el.tag != _q("expression"):
                     raise self.descriptor_error("unknown element cdl:%s here"
                                                 % etree.QName(el).localname, "unknown-element", el)
-                self.prepare_expression(el, doc)
+                self.prepare_expression(el, doc, None if depth is None else depth - 1)
                 continue
             if el.tag == _q("property", CMP):
                 self.prepare_property(el, doc)
                 continue
-            self.prepare_attributes(el, doc, extending)
+            self.prepare_attributes(el, doc, extending, depth)
             _clean(el)
             if doc.index:
                 el.set(_DOC, str(doc.index))
-            stack.extend(reversed([c for c in el]))
+            stack.extend((c, None if depth is None else depth + 1) for c in reversed(el))
         return extending
 
-    def prepare_attributes(self, el: etree._Element, doc: _Doc, extending: list) -> None:
+    def prepare_attributes(self, el: etree._Element, doc: _Doc, extending: list,
+                           depth: int | None) -> None:
         attrs = el.attrib
         cdl_names = [n for n in attrs if n.startswith("{" + CDL + "}")]
         if not cdl_names:
@@ -382,7 +400,8 @@ class _Resolver:
         if _EXTENDS in attrs:
             raise self.descriptor_error("an element cannot both extend a prototype and be a "
                                         "reference", "bad-reference", el)
-        self.refs.append(self.parse_ref(ref if ref is not None else "/", refroot, lazy, el, doc))
+        self.refs.append(self.parse_ref(ref if ref is not None else "/", refroot, lazy, el, doc,
+                                        depth))
         el.set(_PENDING, "r%d" % (len(self.refs) - 1))
         for name in ("ref", "refroot", "lazy"):
             attrs.pop(_q(name), None)
@@ -407,7 +426,7 @@ class _Resolver:
         return "{%s}%s" % (uri, local)
 
     def parse_ref(self, text: str, refroot: str | None, lazy: str | None,
-                  el: etree._Element, doc: _Doc) -> _Ref:
+                  el: etree._Element, doc: _Doc, depth: int | None) -> _Ref:
         body = text.strip()
         absolute = body.startswith("/")
         rest = body[1:] if absolute else body
@@ -424,11 +443,14 @@ class _Resolver:
         if not body and refroot is None:
             raise self.descriptor_error("empty reference", "bad-reference", el)
         root = self.qname(refroot, el, doc) if refroot is not None else None
+        if absolute and root is None and depth:   # inside a prototype: from its root
+            steps = [".."] * (depth - 1) + steps
+            absolute = False
         return _Ref(text, root, absolute, tuple(steps),
                     self.boolean(lazy, el, "cdl:lazy") if lazy is not None else False,
                     doc.index, el.sourceline)
 
-    def prepare_expression(self, el: etree._Element, doc: _Doc) -> None:
+    def prepare_expression(self, el: etree._Element, doc: _Doc, depth: int | None) -> None:
         holder = el.getparent()
         value_of = el.get("value-of")
         if value_of is None:
@@ -451,7 +473,8 @@ class _Resolver:
             if name in variables:
                 raise self.descriptor_error("duplicate variable in expression: %s" % name,
                                             "duplicate-variable", var)
-            ref = self.parse_ref(var.get("ref"), var.get("refroot"), var.get(_q("lazy")), var, doc)
+            ref = self.parse_ref(var.get("ref"), var.get("refroot"), var.get(_q("lazy")), var, doc,
+                                 depth)
             if ref.lazy:
                 raise self.descriptor_error("variable %s is lazy, but expressions are evaluated at "
                                             "resolution" % name, "lazy-expression", var)
@@ -513,7 +536,7 @@ class _Resolver:
         self.resolving.append(proto.qname)
         for el in reversed(proto.extending):   # descendants before their ancestors
             self.merge(el)
-        proto.sizes = [sum(1 for _ in c.iter()) for c in proto.element]
+        proto.sizes = [int(_SIZE(c)) for c in proto.element]
         self.resolving.pop()
         proto.state = 2
 
@@ -553,7 +576,7 @@ class _Resolver:
 
     # -- phase 4: values -----------------------------------------------------------------------
     def settle_all(self, system: etree._Element) -> None:
-        for el in [e for e in system.iter() if e.get(_PENDING) is not None]:
+        for el in _PENDING_IN(system):
             if el.get(_PENDING) is not None:
                 self.settle(el)
 
@@ -642,18 +665,24 @@ class _Resolver:
 
     def copy_target(self, el: etree._Element, ref: _Ref) -> None:
         target = self.locate(el, ref)
-        del el.attrib[_PENDING]
         if target.get(_LAZY) is not None:  # the value of a lazy reference is that reference
+            del el.attrib[_PENDING]
             el.set(_LAZY, target.get(_LAZY))
             return
-        inner = [d for d in target.iter() if d.get(_PENDING) is not None and d is not target]
-        for d in inner:
-            if d.get(_PENDING) is not None:
-                self.settle(d)
-        self.charge(sum(1 for _ in target.iter()) - 1)
+        size = self.settled.get(target)
+        if size is None:
+            # settle what the target holds first (el itself among it is a loop); a settled
+            # subtree never changes again, so its size is remembered
+            for d in _PENDING_BELOW(target):
+                if d.get(_PENDING) is not None:
+                    self.settle(d)
+            size = self.settled[target] = int(_SIZE(target))
+        self.charge(size - 1)
+        del el.attrib[_PENDING]
         el.text = target.text
         for c in target:
             el.append(copy.deepcopy(c))
+        self.settled[el] = size
 
     def mark_lazy(self, el: etree._Element, ref: _Ref) -> None:
         root, start = self.start(el, ref)
@@ -677,7 +706,7 @@ class _Resolver:
                 raise self.resolution_error("expression variable %s names a lazy value; expressions "
                                             "are evaluated at resolution" % name, "lazy-expression",
                                             doc=expr.doc, line=expr.line, path=self.path_of(holder))
-            for d in target.iter():
+            for d in _PENDING_BELOW(target):
                 if d.get(_PENDING) is not None:
                     self.settle(d)
             values[name] = "".join(target.itertext())
@@ -726,14 +755,13 @@ class _Resolver:
 
     # -- phase 5: the printed form -------------------------------------------------------------
     def display(self, system: etree._Element) -> str:
-        for el in system.iter():
-            if el.get(_LAZY) is not None:
-                refroot, steps = self.lazy_target(el)
-                inverse = {u: p for p, u in el.nsmap.items() if p}
-                el.set(_q("lazy"), "true")
-                el.set(_q("ref"), "/" + "/".join(_prefixed(s, inverse) for s in steps))
-                if refroot:
-                    el.set(_q("refroot"), _prefixed(refroot, inverse))
+        for el in _LAZY_IN(system):
+            refroot, steps = self.lazy_target(el)
+            inverse = {u: p for p, u in el.nsmap.items() if p}
+            el.set(_q("lazy"), "true")
+            el.set(_q("ref"), "/" + "/".join(_prefixed(s, inverse) for s in steps))
+            if refroot:
+                el.set(_q("refroot"), _prefixed(refroot, inverse))
         etree.strip_attributes(system, *STAMPS)
         # declare, once on top, the prefixes of every document the elements came from
         nsmap: dict[str | None, str] = {}
