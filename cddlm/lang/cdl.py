@@ -29,7 +29,6 @@ exponentially fails at once.
 
 from __future__ import annotations
 
-import copy
 import posixpath
 import re
 import urllib.parse
@@ -49,12 +48,20 @@ _PENDING = "{%s}p" % INTERNAL            # "r<n>": reference n; "e<n>": holds ex
 _EXTENDS = "{%s}x" % INTERNAL            # index into _Resolver.extends
 _LAZY = "{%s}l" % INTERNAL               # index into _Resolver.lazy_targets (a settled lazy ref)
 _DOC = "{%s}d" % INTERNAL                # index of the document an element comes from (not 0)
+_ROOT = "{%s}root" % INTERNAL
 STAMPS = (_PENDING, _EXTENDS, _LAZY, _DOC)
 # scans of whole subtrees run in libxml2, not in Python
 _SIZE = etree.XPath("count(descendant-or-self::*)")
 _PENDING_BELOW = etree.XPath(".//*[@i:p]", namespaces={"i": INTERNAL})
 _PENDING_IN = etree.XPath("descendant-or-self::*[@i:p]", namespaces={"i": INTERNAL})
 _LAZY_IN = etree.XPath("descendant-or-self::*[@i:l]", namespaces={"i": INTERNAL})
+_X = {"cdl": CDL, "cmp": CMP}
+_NOISE = etree.XPath(".//comment() | .//cdl:documentation", namespaces=_X)
+_CDL_ELEMENTS = etree.XPath(".//cdl:*[not(self::cdl:variable and parent::cdl:expression)]",
+                            namespaces=_X)
+_PROPERTIES = etree.XPath(".//cmp:property", namespaces=_X)
+_CDL_ATTRIBUTED = etree.XPath("descendant-or-self::*[@cdl:*][not(self::cdl:*)]", namespaces=_X)
+_BLANKS = etree.XPath("descendant-or-self::*[*]/text()[not(normalize-space())]")
 
 MAX_CHAIN = 100                          # references / extends in progress at once
 BOOLEANS = {"true": True, "1": True, "false": False, "0": False}
@@ -67,6 +74,11 @@ CDL_ATTRIBUTES = {"extends", "ref", "refroot", "lazy", "use", "type"}
 
 def _q(local: str, namespace: str = CDL) -> str:
     return "{%s}%s" % (namespace, local)
+
+
+SYSTEM, CONFIGURATION, DOCUMENTATION = _q("system"), _q("configuration"), _q("documentation")
+EXPRESSION, VARIABLE, PROPERTY = _q("expression"), _q("variable"), _q("property", CMP)
+CDL_PREFIX = "{%s}" % CDL
 
 
 @dataclass
@@ -196,7 +208,7 @@ class _Resolver:
             self.resolve_prototype(proto)
         system = top.system
         if system is None:
-            system = etree.SubElement(self.doc_roots[0], _q("system"))
+            system = etree.SubElement(self.doc_roots[0], SYSTEM)
         for el in reversed(self.system_extending):
             self.merge(el)
         self.settle_all(system)
@@ -214,19 +226,18 @@ class _Resolver:
         except xmlsafe.UnsafeXml as e:
             kind = "too-deep" if "depth" in e.message or "nesting" in e.message else "not-well-formed"
             raise DescriptorError(e.message, kind=kind, file=label, line=e.line) from None
-        # re-root under an element declaring the internal namespace once, so stamps add no
-        # declarations of their own
-        holder = etree.Element(root.tag, attrib=dict(root.attrib),
-                               nsmap={**root.nsmap, "cddlm-internal": INTERNAL})
-        holder.extend(list(root))
-        self.doc_roots.append(holder)
-        self.root_index[holder] = doc.index
-        self.charge(int(_SIZE(holder)))
-        imports = self.check_root(holder, doc)
+        # an internal attribute on the root declares the internal namespace there, once, so
+        # stamps below add no declarations of their own
+        root.set(_ROOT, "")
+        self.doc_roots.append(root)
+        self.root_index[root] = doc.index
+        self.charge(int(_SIZE(root)))
+        imports = self.check_root(root, doc)
+        for node in _NOISE(root):   # comments and documentation mean nothing
+            _drop(node)
         key = (url, rehome)
         self.loading.append(key)
         if doc.configuration is not None:
-            _clean(doc.configuration)
             for proto_el in list(doc.configuration):
                 self.add_prototype(proto_el, doc)
         if doc.system is not None:
@@ -249,7 +260,7 @@ class _Resolver:
             raise self.descriptor_error("the root element must be cdl:cdl, not cdl:%s"
                                         % qn.localname, "wrong-root", root)
         for name in root.attrib:
-            if not name.startswith("{") and name != "targetNamespace":
+            if not name.startswith("{") and name != "targetNamespace":  # the internal one has {
                 raise self.descriptor_error("unexpected attribute %s on cdl:cdl" % name,
                                             "unexpected-attribute", root)
         imports, last = [], -1
@@ -346,39 +357,33 @@ class _Resolver:
 
     # -- phase 1: preparing a subtree ----------------------------------------------------------
     def prepare(self, top: etree._Element, doc: _Doc, *, is_system: bool) -> list[etree._Element]:
-        """One pass over a prototype or the system (see the module docstring). Returns the
-        elements that extend a prototype, in document order. ``depth`` counts the steps below a
-        prototype: there an absolute reference path means the prototype's root, so it becomes
-        a relative one that keeps that meaning in every element extending the prototype."""
+        """Prepare a prototype or the system (see the module docstring); the few elements that
+        need it are found by XPath. Returns the elements that extend a prototype, in document
+        order. In a prototype an absolute reference path means the prototype's root, so it
+        becomes a relative one that keeps that meaning in every element extending it."""
+        def depth(el: etree._Element) -> int | None:
+            return None if is_system else _depth_below(el, top)
+
+        for el in _CDL_ELEMENTS(top):
+            if el.tag != EXPRESSION:
+                raise self.descriptor_error("unknown element cdl:%s here"
+                                            % etree.QName(el).localname, "unknown-element", el)
+            self.prepare_expression(el, doc, depth(el.getparent()))
+        for el in _PROPERTIES(top):
+            self.prepare_property(el, doc)
         extending: list[etree._Element] = []
-        if is_system:
-            _clean(top)
-        stack = [(c, None) for c in reversed(top)] if is_system else [(top, 0)]
-        while stack:
-            el, depth = stack.pop()
-            if el.tag.startswith("{" + CDL + "}"):
-                if el.tag != _q("expression"):
-                    raise self.descriptor_error("unknown element cdl:%s here"
-                                                % etree.QName(el).localname, "unknown-element", el)
-                self.prepare_expression(el, doc, None if depth is None else depth - 1)
-                continue
-            if el.tag == _q("property", CMP):
-                self.prepare_property(el, doc)
-                continue
-            self.prepare_attributes(el, doc, extending, depth)
-            _clean(el)
-            if doc.index:
+        for el in _CDL_ATTRIBUTED(top):
+            if el is not top or not is_system:
+                self.prepare_attributes(el, doc, extending, depth(el))
+        if doc.index:
+            for el in top.iter(etree.Element):
                 el.set(_DOC, str(doc.index))
-            stack.extend((c, None if depth is None else depth + 1) for c in reversed(el))
         return extending
 
     def prepare_attributes(self, el: etree._Element, doc: _Doc, extending: list,
                            depth: int | None) -> None:
         attrs = el.attrib
-        cdl_names = [n for n in attrs if n.startswith("{" + CDL + "}")]
-        if not cdl_names:
-            return
-        for name in cdl_names:
+        for name in [n for n in attrs if n.startswith(CDL_PREFIX)]:
             if name[len(CDL) + 2:] not in CDL_ATTRIBUTES:
                 raise self.descriptor_error("unknown CDL attribute cdl:%s" % name[len(CDL) + 2:],
                                             "unexpected-attribute", el)
@@ -462,9 +467,9 @@ class _Resolver:
                                         "expression", el)
         variables: dict[str, _Ref] = {}
         for var in el:
-            if not isinstance(var.tag, str) or var.tag == _q("documentation"):
+            if not isinstance(var.tag, str) or var.tag == DOCUMENTATION:
                 continue
-            if var.tag != _q("variable"):
+            if var.tag != VARIABLE:
                 raise self.descriptor_error("unexpected element %s in cdl:expression" % var.tag,
                                             "unexpected-element", var)
             name = (var.get("name") or "").strip()
@@ -483,7 +488,7 @@ class _Resolver:
             xpath = etree.XPath(value_of, namespaces=namespaces, smart_strings=False)
         except etree.XPathSyntaxError as e:
             raise self.descriptor_error("bad XPath %r: %s" % (value_of, e), "expression", el) from None
-        if holder is None or len(holder) != 1 or (holder.text or "").strip():
+        if _not_alone(el):
             raise self.descriptor_error("cdl:expression must be the only content of its element",
                                         "expression", el)
         self.exprs.append(_Expr(value_of, xpath, tuple(variables.items()), doc.index, el.sourceline))
@@ -493,7 +498,7 @@ class _Resolver:
         """``<x><cmp:property name="db.port" type="integer" lazy="false" default="5432"/></x>``:
         an eager property becomes x's text now; a lazy one stays for the host."""
         holder = el.getparent()
-        if holder is None or len(holder) != 1 or (holder.text or "").strip():
+        if _not_alone(el):
             raise self.descriptor_error("cmp:property must be the only content of its element",
                                         "bad-property", el)
         name = (el.get("name") or "").strip()
@@ -565,7 +570,7 @@ class _Resolver:
                 merged.append(child)
             else:
                 self.charge(size)
-                merged.append(copy.deepcopy(parent_child))
+                merged.append(_copy(parent_child))
         merged.extend(c for c in el if c not in used)
         for child in list(el):
             el.remove(child)
@@ -627,7 +632,7 @@ class _Resolver:
 
     def too_far(self, el, ref: _Ref) -> ResolutionError:
         return self.resolution_error("reference %r goes too far up, above %s" % (
-            ref.text, "its prototype" if _root_of(el).tag != _q("system") else "cdl:system"),
+            ref.text, "its prototype" if _root_of(el).tag != SYSTEM else "cdl:system"),
             "path-too-far-up", doc=ref.doc, line=ref.line, path=self.path_of(el))
 
     def locate(self, el: etree._Element, ref: _Ref) -> etree._Element:
@@ -669,7 +674,7 @@ class _Resolver:
             del el.attrib[_PENDING]
             el.set(_LAZY, target.get(_LAZY))
             return
-        size = self.settled.get(target)
+        size = 1 if not len(target) else self.settled.get(target)   # a leaf holds nothing pending
         if size is None:
             # settle what the target holds first (el itself among it is a loop); a settled
             # subtree never changes again, so its size is remembered
@@ -681,8 +686,9 @@ class _Resolver:
         del el.attrib[_PENDING]
         el.text = target.text
         for c in target:
-            el.append(copy.deepcopy(c))
-        self.settled[el] = size
+            el.append(_copy(c))
+        if size > 1:
+            self.settled[el] = size
 
     def mark_lazy(self, el: etree._Element, ref: _Ref) -> None:
         root, start = self.start(el, ref)
@@ -702,13 +708,14 @@ class _Resolver:
         values = {}
         for name, ref in expr.variables:
             target = self.locate(holder, ref)
-            if target.get(_LAZY) is not None or target.find(_q("property", CMP)) is not None:
+            if target.get(_LAZY) is not None or target.find(PROPERTY) is not None:
                 raise self.resolution_error("expression variable %s names a lazy value; expressions "
                                             "are evaluated at resolution" % name, "lazy-expression",
                                             doc=expr.doc, line=expr.line, path=self.path_of(holder))
             for d in _PENDING_BELOW(target):
                 if d.get(_PENDING) is not None:
                     self.settle(d)
+            _strip_blanks(target)
             values[name] = "".join(target.itertext())
         try:
             result = expr.xpath(etree.Element("context"), **values)
@@ -733,7 +740,7 @@ class _Resolver:
     def path_of(self, el: etree._Element) -> str:
         root = _root_of(el)
         names = [etree.QName(t).localname for t in self.steps_from(root, el)]
-        head = "" if root.tag == _q("system") else etree.QName(root).localname
+        head = "" if root.tag == SYSTEM else etree.QName(root).localname
         return head + "/" + "/".join(names)
 
     @staticmethod
@@ -772,6 +779,7 @@ class _Resolver:
         out = etree.Element(system.tag, attrib=dict(system.attrib), nsmap=nsmap)
         out.text = system.text
         out.extend(list(system))
+        _strip_blanks(out)
         etree.cleanup_namespaces(out, keep_ns_prefixes=[p for p in system.nsmap if p])
         return etree.tostring(out, pretty_print=True).decode()
 
@@ -791,17 +799,34 @@ def _drop(el: etree._Element) -> None:
     parent.remove(el)
 
 
-def _clean(el: etree._Element) -> None:
-    """Drop comments and documentation; whitespace between elements means nothing in CDL
-    (the text of leaves is kept)."""
-    for child in list(el):
-        if not isinstance(child.tag, str) or child.tag == _q("documentation"):
-            _drop(child)
-    if len(el) and el.text is not None and not el.text.strip():
-        el.text = None
-    for child in el:
-        if child.tail is not None and not child.tail.strip():
-            child.tail = None
+def _strip_blanks(top: etree._Element) -> None:
+    """Whitespace between elements means nothing in CDL (the text of leaves is kept)."""
+    for text in _BLANKS(top):
+        owner = text.getparent()
+        if text.is_tail:
+            owner.tail = None
+        else:
+            owner.text = None
+
+
+def _not_alone(el: etree._Element) -> bool:
+    """Whether el shares its parent with other elements or text."""
+    holder = el.getparent()
+    return holder is None or len(holder) != 1 or bool((holder.text or "").strip()) \
+        or bool((el.tail or "").strip())
+
+
+def _depth_below(el: etree._Element, top: etree._Element) -> int:
+    depth = 0
+    while el is not top:
+        el = el.getparent()
+        depth += 1
+    return depth
+
+
+def _copy(el: etree._Element) -> etree._Element:
+    """A deep copy (lxml's own, without the copy module's memo)."""
+    return el.__deepcopy__(None)
 
 
 def _inherit(child: etree._Element, parent: etree._Element) -> None:
@@ -815,7 +840,7 @@ def _inherit(child: etree._Element, parent: etree._Element) -> None:
         if name == _PENDING:
             if value[0] == "r" and not len(child) and not child.text:
                 attrs[name] = value
-            elif value[0] == "e" and len(child) == 1 and child[0].tag == _q("expression"):
+            elif value[0] == "e" and len(child) == 1 and child[0].tag == EXPRESSION:
                 attrs[name] = value
         elif not name.startswith("{" + INTERNAL + "}"):
             attrs[name] = value
@@ -823,12 +848,11 @@ def _inherit(child: etree._Element, parent: etree._Element) -> None:
 
 def _root_of(el: etree._Element) -> etree._Element:
     """The nearest root of an element: cdl:system, or the top-level prototype it is inside."""
-    system, configuration = _q("system"), _q("configuration")
     while True:
-        if el.tag == system:
+        if el.tag == SYSTEM:
             return el
         parent = el.getparent()
-        if parent is None or parent.tag == configuration:
+        if parent is None or parent.tag == CONFIGURATION:
             return el
         el = parent
 

@@ -39,7 +39,7 @@ def to_deployment(system: etree._Element, resolver: "_Resolver") -> Deployment:
 
 
 def _local(el: etree._Element) -> str:
-    return etree.QName(el).localname
+    return el.tag.rpartition("}")[2]
 
 
 class _Mapper:
