@@ -100,18 +100,20 @@ class Grouping:
         for root in roots:
             self.read_group(root, "groups")
         for r in self.resources.values():
-            where = "resources/%s" % r.name
-            for spec in self.specs(r.raw.get("policies"), where, r.line):
-                self.on_resource(spec, r)
-            for related, spec in self.relationships(r.raw.get("relationships"), where, r.line):
-                self.relation(spec, ("resource", r.name), related)
+            self.apply(("resource", r.name), r.raw, "resources/%s" % r.name, r.line,
+                       lambda spec, r=r: self.on_resource(spec, r))
         for g in self.tree.values():
-            where = "groups/%s" % g.id
-            for spec in self.specs(g.raw.get("policies"), where, g.line):
-                self.on_group(spec, g)
-            for related, spec in self.relationships(g.raw.get("relationships"), where, g.line):
-                self.relation(spec, ("group", g.id), related)
+            self.apply(("group", g.id), g.raw, "groups/%s" % g.id, g.line,
+                       lambda spec, g=g: self.on_group(spec, g))
         self.groups.extend(self.derived.values())
+
+    def apply(self, member: Member, raw: dict, where: str, line: int | None,
+              on_policy: Callable[["_Spec"], None]) -> None:
+        """The policies and relationships of a resource or group."""
+        for spec in self.specs(raw.get("policies"), where, line):
+            on_policy(spec)
+        for related, spec in self.relationships(raw.get("relationships"), where, line):
+            self.relation(spec, member, related)
 
     def read_group(self, raw: Any, where: str) -> str:
         line = line_of(raw)
