@@ -5,7 +5,7 @@ The phases, as the reference implementation ordered them (notes/cddlm-reference.
 
 1. Load each document (the descriptor, then its imports depth-first): parse through
    ``xmlsafe``, check the root and the order of its children, and *prepare* its configuration
-   and system in one pass. Preparing resolves every QName while the element is still in its own
+   and system (the few elements that need it are found by XPath). Preparing resolves every QName while the element is still in its own
    document (``cdl:extends``, ``cdl:refroot``, prefixed reference steps: prefixes mean what they
    mean where they are written), replaces each ``cdl:extends``/``cdl:ref``/expression by an
    internal stamp, substitutes eager deploy-time properties, drops documentation and comments,
@@ -14,7 +14,7 @@ The phases, as the reference implementation ordered them (notes/cddlm-reference.
 2. Register the configuration's children as prototypes under their QNames (unprefixed names
    move into the ``namespace`` of a namespaced import), then import.
 3. Extends: every prototype, then the system. A prototype is resolved once and kept as a
-   template; an element extending it is merged with a copy (see ``_merge``).
+   template; an element extending it is merged with a copy (see ``merge``).
 4. Values, under ``cdl:system``: eager references copy their target, lazy references record
    their absolute target, expressions are evaluated. Each is settled on demand, so chains
    resolve in any order; a loop, or a chain longer than ``MAX_CHAIN``, is an error.
@@ -76,7 +76,7 @@ def _q(local: str, namespace: str = CDL) -> str:
     return "{%s}%s" % (namespace, local)
 
 
-SYSTEM, CONFIGURATION, DOCUMENTATION = _q("system"), _q("configuration"), _q("documentation")
+SYSTEM, CONFIGURATION = _q("system"), _q("configuration")
 EXPRESSION, VARIABLE, PROPERTY = _q("expression"), _q("variable"), _q("property", CMP)
 CDL_PREFIX = "{%s}" % CDL
 
@@ -96,7 +96,6 @@ class _Proto:
     qname: str
     element: etree._Element
     doc: _Doc
-    url: str | None
     extending: list = field(default_factory=list)   # stamped elements inside, document order
     state: int = 0                                  # 0 new, 1 resolving, 2 resolved
     sizes: list[int] = field(default_factory=list)  # node count of each resolved child
@@ -296,13 +295,13 @@ class _Resolver:
             qname = "{%s}%s" % (doc.rehome, qname)
         existing = self.protos.get(qname)
         if existing is not None:
-            if existing.doc is not doc and existing.url is not None and existing.url == doc.url:
+            if existing.doc is not doc and doc.url is not None and existing.doc.url == doc.url:
                 doc.configuration.remove(el)  # the same document imported in another way
                 return
             raise self.descriptor_error("duplicate prototype %s (first declared in %s)"
                                         % (qname, existing.doc.label or "the descriptor"),
                                         "duplicate-prototype", el)
-        proto = _Proto(qname, el, doc, doc.url)
+        proto = _Proto(qname, el, doc)
         proto.extending = self.prepare(el, doc, is_system=False)
         self.protos[qname] = proto
         self.proto_names[el] = qname
@@ -466,9 +465,7 @@ class _Resolver:
             raise self.descriptor_error("regular expressions are not allowed in expressions",
                                         "expression", el)
         variables: dict[str, _Ref] = {}
-        for var in el:
-            if not isinstance(var.tag, str) or var.tag == DOCUMENTATION:
-                continue
+        for var in el:   # comments and documentation are gone already
             if var.tag != VARIABLE:
                 raise self.descriptor_error("unexpected element %s in cdl:expression" % var.tag,
                                             "unexpected-element", var)
@@ -509,8 +506,6 @@ class _Resolver:
             raise self.descriptor_error("cmp:property type must be string or integer, not %r"
                                         % kind, "bad-property", el)
         if self.boolean(el.get("lazy", "false"), el, "lazy"):
-            if doc.index:
-                el.set(_DOC, str(doc.index))
             return
         self.used.add(name)
         value = self.request.properties.get(name, el.get("default"))
@@ -535,7 +530,7 @@ class _Resolver:
             raise self.resolution_error("recursive extension: %s" % " -> ".join(cycle),
                                         "extends-loop", proto.element)
         if len(self.resolving) >= MAX_CHAIN:
-            raise self.resolution_error("extends nested deeper than %d prototypes" % MAX_CHAIN,
+            raise self.descriptor_error("extends nested deeper than %d prototypes" % MAX_CHAIN,
                                         "too-deep", proto.element)
         proto.state = 1
         self.resolving.append(proto.qname)
@@ -708,13 +703,13 @@ class _Resolver:
         values = {}
         for name, ref in expr.variables:
             target = self.locate(holder, ref)
-            if target.get(_LAZY) is not None or target.find(PROPERTY) is not None:
-                raise self.resolution_error("expression variable %s names a lazy value; expressions "
-                                            "are evaluated at resolution" % name, "lazy-expression",
-                                            doc=expr.doc, line=expr.line, path=self.path_of(holder))
             for d in _PENDING_BELOW(target):
                 if d.get(_PENDING) is not None:
                     self.settle(d)
+            if _LAZY_IN(target) or next(target.iter(PROPERTY), None) is not None:
+                raise self.resolution_error("expression variable %s names a lazy value; expressions "
+                                            "are evaluated at resolution" % name, "lazy-expression",
+                                            doc=expr.doc, line=expr.line, path=self.path_of(holder))
             _strip_blanks(target)
             values[name] = "".join(target.itertext())
         try:

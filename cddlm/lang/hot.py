@@ -108,6 +108,7 @@ class Template:
         if "heat_template_version" not in data:
             raise _error("heat_template_version is missing", "", line_of(data))
         self.data = data
+        self.limits = request.limits
         params, self.used = hot_values.parameters(data.get("parameters"), request.properties)
         self.resources = self.read_resources(data.get("resources"))
         self.build_tree()
@@ -116,8 +117,10 @@ class Template:
                                       if r.component is not None and "/" not in r.path])
         for r in self.resources.values():
             self.fill(r)
-        for name, output in (data.get("outputs") or {}).items():
-            self.evaluate(output, "outputs/%s" % name)
+        outputs = data.get("outputs") or {}
+        if not isinstance(outputs, dict):
+            raise _error("outputs must be a mapping", "outputs", line_of(data))
+        self.evaluate(outputs, "outputs")
         grouping = hot_groups.Grouping(self.resources, self.evaluate)
         grouping.read(data.get("groups"))
         self.deployment.groups = grouping.groups
@@ -177,7 +180,7 @@ class Template:
             raise _error("%s must be {get_resource: NAME} (resources outside the template are not "
                          "supported)" % key, where, line_of(value) or r.line, "bad-function")
         name = value["get_resource"]
-        if name not in self.resources:
+        if not isinstance(name, str) or name not in self.resources:
             raise _error("get_resource: unknown resource %r" % name, where, r.line, "bad-function")
         return name
 
@@ -206,23 +209,22 @@ class Template:
                 r.attached = (self.reference(refs[0], r, server_key),
                               self.reference(refs[1], r, volume_key))
         for r in self.resources.values():
-            chain, name = [], r.name
-            while name in parent:
-                chain.append(name)
-                if len(chain) > len(self.resources):
-                    raise _error("containers contain each other: %s" % " -> ".join(chain),
-                                 "resources/%s" % r.name, r.line, "containment-loop")
-                name = parent[name]
-        for r in self.resources.values():
             if r.component is not None and r.name not in parent:
-                self.place(r, "")
+                self.place(r, "", 1)
+        for r in self.resources.values():   # what no root reaches is in a cycle
+            if r.component is not None and r.path is None:
+                raise _error("containers contain each other through %s" % r.name,
+                             "resources/%s" % r.name, r.line, "containment-loop")
 
-    def place(self, r: Resource, prefix: str) -> None:
+    def place(self, r: Resource, prefix: str, depth: int) -> None:
+        if depth > self.limits.max_descriptor_depth:
+            raise _error("containers nested deeper than %d" % self.limits.max_descriptor_depth,
+                         "resources/%s" % r.name, r.line, "too-deep")
         r.path = prefix + r.component.name
         for name in r.children:
             child = self.resources[name]
             r.component.children.append(child.component)
-            self.place(child, r.path + "/")
+            self.place(child, r.path + "/", depth + 1)
 
     def fill(self, r: Resource) -> None:
         """Evaluate the properties and set the component's attributes."""
@@ -232,7 +234,7 @@ class Template:
         values = self.evaluate(props, where, r.line)
         depends = r.raw.get("depends_on") or []
         for name in depends if isinstance(depends, list) else [depends]:
-            if name not in self.resources:
+            if not isinstance(name, str) or name not in self.resources:
                 raise _error("depends_on names unknown resource %r" % name,
                              "resources/%s/depends_on" % r.name, r.line)
         if r.component is None:
@@ -248,7 +250,7 @@ class Template:
         if unknown:
             raise _error("unsupported server property %s" % ", ".join(unknown), where, r.line)
         flavor = props.get("flavor")
-        if flavor not in FLAVORS:
+        if not isinstance(flavor, str) or flavor not in FLAVORS:
             raise _error("flavor must be one of %s, not %r" % (", ".join(FLAVORS), flavor),
                          where + "/flavor", r.line, "invalid-attribute")
         vcpu, memory, disk = FLAVORS[flavor]

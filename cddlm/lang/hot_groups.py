@@ -136,7 +136,7 @@ class Grouping:
         for member in raw["members"]:
             if isinstance(member, dict) and set(member) == {"get_resource"}:
                 name = member["get_resource"]
-                if name not in self.resources:
+                if not isinstance(name, str) or name not in self.resources:
                     raise _error("unknown resource %r" % name, where, line_of(member) or line)
                 if name in self.owner:
                     raise _error("resource %s is in group %s already" % (name, self.owner[name]),
@@ -198,12 +198,12 @@ class Grouping:
             if not isinstance(rel, dict) or set(rel) != {"related", "policies"}:
                 raise _error("a relationship is {related, policies}", here, rline)
             related = rel["related"]
-            if isinstance(related, dict) and set(related) == {"get_resource"} \
-                    and related["get_resource"] in self.resources:
-                member: Member = ("resource", related["get_resource"])
-            elif isinstance(related, dict) and set(related) == {"get_group"} \
-                    and related["get_group"] in self.tree:
-                member = ("group", related["get_group"])
+            kind, name = next(iter(related.items())) if isinstance(related, dict) \
+                and len(related) == 1 else (None, None)
+            if kind == "get_resource" and isinstance(name, str) and name in self.resources:
+                member: Member = ("resource", name)
+            elif kind == "get_group" and isinstance(name, str) and name in self.tree:
+                member = ("group", name)
             else:
                 raise _error("related must be {get_resource: NAME} or {get_group: ID} of this "
                              "template (resources outside it are not supported)", here, rline)

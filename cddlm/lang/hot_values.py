@@ -127,13 +127,17 @@ def _constrain(value: Value, constraints: Any, name: str, where: str, line: int 
         kind = kinds.pop()
         ok = True
         if kind == "allowed_values":
+            if not isinstance(c[kind], list):
+                raise _error("allowed_values is a list", where, line_of(c))
             ok = value in c[kind]
         elif kind in ("range", "length"):
             bounds = c[kind] if isinstance(c[kind], dict) else {}
             measure = value if kind == "range" else len(value) if isinstance(value, (str, list)) else 0
-            if not isinstance(measure, (int, float)) or isinstance(measure, bool):
-                raise _error("a range constraint needs a number parameter", where, line_of(c))
-            ok = bounds.get("min", measure) <= measure <= bounds.get("max", measure)
+            limits = [bounds.get("min", measure), bounds.get("max", measure)]
+            if any(not isinstance(x, (int, float)) or isinstance(x, bool) for x in [measure] + limits):
+                raise _error("%s needs numbers (and a number parameter for range)" % kind, where,
+                             line_of(c))
+            ok = limits[0] <= measure <= limits[1]
         if not ok:
             raise ResolutionError("property %s = %r violates %s: %s" % (
                 name, value, kind, described or c[kind]), kind="bad-property", path=name,

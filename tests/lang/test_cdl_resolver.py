@@ -203,7 +203,7 @@ def test_reference_error_names_its_path_and_the_reference():
 
 # -- lazy references ----------------------------------------------------------------------------
 def test_lazy_references_stay_until_deployment():
-    result = resolve_cdl(cdl_doc("", LIBRARY_IMPORT and """
+    result = resolve_cdl(cdl_doc("", """
         <db cdl:extends="cmp:process"><argv><item>db</item></argv></db>
         <web cdl:extends="cmp:process">
           <argv><item>web</item></argv>

@@ -166,6 +166,11 @@ def test_servers_and_volumes_map_to_processes_and_files_with_demand():
     ("a b: {type: CDDLM::Probe, properties: {tcp: 'h:1'}}\na_b: {type: CDDLM::Probe}\n",
      "duplicate-name"),
     ("x: {type: CDDLM::Process, depends_on: [y], properties: {argv: [a]}}\n", "invalid-template"),
+    ("x: {type: CDDLM::Process, depends_on: {y: 1}, properties: {argv: [a]}}\n",
+     "invalid-template"),
+    ("a: {type: CDDLM::Compound, properties: {children: [{get_resource: b}]}}\n"
+     "b: {type: CDDLM::Compound, properties: {children: [{get_resource: a}]}}\n"
+     "c: {type: CDDLM::Probe, properties: {tcp: 'h:1'}}\n", "containment-loop"),
 ])
 def test_bad_resources(body, kind):
     error = rejected(template(body), kind)
@@ -203,6 +208,17 @@ def test_alias_expansion_limit_is_the_node_budget():
                     "y: {type: CDDLM::Process, properties: {argv: *a}}\n")
     assert resolve_hot(text).deployment.find("y").attributes["argv"] == ["a", "b", "c"]
     rejected(text, "too-large", limits=Limits(max_resolved_nodes=10))
+
+
+def test_deeply_nested_containers_fail_quickly():
+    body = "".join("c%d: {type: CDDLM::Compound, properties: {children: [{get_resource: c%d}]}}\n"
+                   % (i, i + 1) for i in range(3000)) + "c3000: {type: CDDLM::Probe}\n"
+    rejected(template(body), "too-deep")
+
+
+def test_outputs_must_be_a_mapping():
+    rejected(template("x: {type: CDDLM::Probe, properties: {tcp: 'h:1'}}\n") + "outputs: [1]\n",
+             "invalid-template")
 
 
 def test_json_templates_are_read_too():
