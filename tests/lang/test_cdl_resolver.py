@@ -387,3 +387,19 @@ def test_lazy_property_is_resolved_on_the_host():
 
 def test_property_must_be_the_only_content():
     fails("bad-property", cdl_doc("", '<p>x<cmp:property name="n"/></p>'))
+
+
+# -- inline descriptors -------------------------------------------------------------------------
+def test_an_inline_body_keeps_prefixes_declared_on_the_envelope():
+    envelope = etree.fromstring(
+        '<s:Envelope xmlns:s="http://schemas.xmlsoap.org/soap/envelope/" xmlns:d="urn:d" '
+        'xmlns:cdl="http://www.gridforum.org/namespaces/2005/02/cddlm/CDL-1.0"><s:Body><api:body '
+        'xmlns:api="http://www.gridforum.org/cddlm/deployapi/2005/02"><cdl:cdl><cdl:configuration>'
+        '<d:p><v>1</v></d:p></cdl:configuration><cdl:system><x cdl:extends="d:p"/></cdl:system>'
+        "</cdl:cdl></api:body></s:Body></s:Envelope>")
+    body = envelope.find(".//{http://www.gridforum.org/namespaces/2005/02/cddlm/CDL-1.0}cdl")
+    from cddlm.lang import cdl
+    from cddlm.lang.registry import ResolveRequest
+    result = cdl.LANGUAGE.resolve(ResolveRequest(source=body))
+    assert child(system_of(result), "x/v").text == "1"
+    assert len(envelope.find(".//{urn:d}p")) == 1   # the caller's tree is left alone

@@ -9,7 +9,6 @@ from lxml import etree
 
 from cddlm.application import descriptors
 from cddlm.errors import DescriptorError, ResolutionError
-from tests.lang.helpers import corpus_dir
 
 RESOLVE = "resolve"
 # every .cdl file of the corpus, with what its README expects (reject: the error kind)
@@ -140,9 +139,3 @@ def test_lazy_reference_stays_unresolved(corpus):
     assert user.get(CDL + "refroot") == "toplevel"
     assert user.text is None and len(user) == 0
 
-
-def test_corpus_path_is_found_without_copying():
-    folder = corpus_dir()
-    if folder is None:
-        pytest.skip("corpus absent")
-    assert "wt-lang" not in str(folder)
