@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import posixpath
 import re
-import urllib.parse
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -67,6 +66,7 @@ MAX_CHAIN = 100                          # references / extends in progress at o
 BOOLEANS = {"true": True, "1": True, "false": False, "0": False}
 NCNAME = re.compile(r"^[^\W\d][\w.\-]*$")
 SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]+:")
+URL_HEAD = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*:(?://[^/]*)?")   # scheme: and //authority
 ROOT_ORDER = {"documentation": 0, "import": 1, "types": 2, "configuration": 3, "system": 4}
 REPEATABLE = {"import"}
 CDL_ATTRIBUTES = {"extends", "ref", "refroot", "lazy", "use", "type"}
@@ -343,16 +343,14 @@ class _Resolver:
             raise self.resolution_error("cannot resolve the relative import %s: the descriptor has "
                                         "no location of its own" % location, "import", el,
                                         path=location)
+        # file:///a/b.cdl, http://host/a/b.cdl, classpath:/a/b.cdl, urn:cddlm:library:b.cdl
         base = doc.url
-        if base.startswith(ns.LIBRARY_PREFIX):
-            head, path = ns.LIBRARY_PREFIX, base[len(ns.LIBRARY_PREFIX):]
-        elif urllib.parse.urlsplit(base).scheme in ("http", "https", "file"):
-            return urllib.parse.urljoin(base, location)
-        else:  # classpath:/a/b.cdl and other path-like schemes
-            scheme, _, path = base.partition(":")
-            head = scheme + ":"
-        joined = posixpath.normpath(posixpath.join(posixpath.dirname(path), location))
-        return head + joined
+        head = URL_HEAD.match(base)
+        prefix = ns.LIBRARY_PREFIX if base.startswith(ns.LIBRARY_PREFIX) else head[0] if head else ""
+        path = base[len(prefix):]
+        joined = location if location.startswith("/") else \
+            posixpath.join(posixpath.dirname(path), location)
+        return prefix + posixpath.normpath(joined)
 
     # -- phase 1: preparing a subtree ----------------------------------------------------------
     def prepare(self, top: etree._Element, doc: _Doc, *, is_system: bool) -> list[etree._Element]:
