@@ -755,7 +755,7 @@ class _Resolver:
 
     # -- phase 5: the printed form -------------------------------------------------------------
     def display(self, system: etree._Element) -> str:
-        for el in _LAZY_IN(system):
+        for el in _LAZY_IN(system) if self.lazy_targets else ():
             refroot, steps = self.lazy_target(el)
             inverse = {u: p for p, u in el.nsmap.items() if p}
             el.set(_q("lazy"), "true")
