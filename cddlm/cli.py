@@ -290,9 +290,11 @@ def cmd_audit(args: argparse.Namespace) -> int:
 # -- lang -----------------------------------------------------------------------------------
 def cmd_lang_resolve(args: argparse.Namespace) -> int:
     from cddlm.application import descriptors
+    # printing the resolved document needs no components; the native tree is what deploys
     result = descriptors.resolve_file(args.file, language=args.language,
                                       properties=_properties(args.property),
-                                      import_path=tuple(args.import_path or ()))
+                                      import_path=tuple(args.import_path or ()),
+                                      require_components=args.format == "native")
     if args.format == "native":
         print(json.dumps(result.deployment.to_json(), indent=2))
     else:
