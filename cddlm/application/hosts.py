@@ -66,6 +66,15 @@ class Hosts:
             raise BadArgument("the datacenter names no hosts (nodes with an agent or at level host)")
         return cls(found, data)
 
+    def implicit_datacenter(self, dimensions: set[str] = frozenset()) -> dict:
+        """The datacenter a portal without ``--datacenter`` stands for: its hosts at one level,
+        with no capacity limit in any dimension a descriptor mentions."""
+        resources = sorted(set(dimensions) | {"slots"})
+        unbounded = {d: 1e15 for d in resources}
+        return {"resources": resources, "levels": ["host"],
+                "location": [{"name": h.name, "level": "host", "agent": h.agent,
+                              "capacity": dict(unbounded)} for h in self.hosts.values()]}
+
     def __contains__(self, name: str) -> bool:
         return name in self.hosts
 

@@ -1,7 +1,7 @@
 """Deciding the host of each placed component before anything is enacted.
 
 Without a datacenter every component goes to the one local host (a ``host`` attribute must
-then name it). With ``--datacenter`` the portal builds a placement request from the
+then name it); a descriptor's policies are still solved, over that one host. With ``--datacenter`` the portal builds a placement request from the
 descriptor's components, groups and policies plus the capacity other applications hold, and
 asks the placement engine; no placement is a ``PlacementError`` naming the conflict.
 """
@@ -30,7 +30,12 @@ class Placer:
         """({component path: {"host", "provider"}} for every placed component, the audit of
         the placement's policies (None without a datacenter: there are no policies to audit))."""
         if self.hosts.datacenter is not None:
-            return self._solve(deployment, used, down)
+            return self._solve(self.hosts.datacenter, deployment, used, down)
+        if deployment.policies:
+            # policies still apply on the one default host: a hard anti-collocation of two
+            # components cannot hold there, and the caller must hear it
+            dims = {d for _, c in placed_paths(deployment) for d in (c.attributes.get("demand") or {})}
+            return self._solve(self.hosts.implicit_datacenter(dims), deployment, used, down)
         (only,) = self.hosts.names() if len(self.hosts.names()) == 1 else (None,)
         out = {}
         for path, comp in placed_paths(deployment):
@@ -45,7 +50,7 @@ class Placer:
             out[path] = {"host": host, "provider": host}
         return out, None
 
-    def _solve(self, deployment: Deployment, used: dict[str, dict[str, float]],
+    def _solve(self, datacenter: dict, deployment: Deployment, used: dict[str, dict[str, float]],
                down: set[str]) -> tuple[dict[str, dict], dict | None]:
         from cddlm.application import placement_bridge
-        return placement_bridge.solve(self.hosts.datacenter, deployment, used, down, self.time_limit)
+        return placement_bridge.solve(datacenter, deployment, used, down, self.time_limit)

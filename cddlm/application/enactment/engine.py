@@ -37,6 +37,10 @@ from cddlm.lang.model import Deployment
 log = logging.getLogger(__name__)
 
 
+WAIT_FOR_VALUE_STEP = 0.25      # seconds between tries of a lazy reference not yet resolvable
+WAIT_FOR_VALUE_ATTEMPTS = 120   # about 30 s, then the component fails naming the reference
+
+
 class Superseded(Exception):
     """The application moved to a newer intent while this item was in hand."""
 
@@ -125,10 +129,11 @@ class Engine:
         return HostValues(app, self.tree(app), {c.path: c for c in comps}, comp.host or "",
                           comp.path, workdir)
 
-    def _target(self, app: repo.App, comps: list[repo.Component], comp: repo.Component) -> Target:
+    def _target(self, app: repo.App, comps: list[repo.Component], comp: repo.Component,
+                lenient: bool = False) -> Target:
         node = self.tree(app).find(comp.path)
         hv = self.values(app, comps, comp)
-        attrs = hv.attributes(node) if node is not None else {}
+        attrs = hv.attributes(node, lenient) if node is not None else {}
         return Target(app.id, comp.path, comp.type, attrs, comp.host or "", values=hv.property)
 
     # -- the work loop ------------------------------------------------------------------------
@@ -221,8 +226,17 @@ class Engine:
                 "failed", down or "host %s has no local agent" % comp.host)
         else:
             try:
-                target = self._target(app, comps, comp)
+                # processes resolve their peers' runtime values when they start, not at deploy
+                lenient = item.action == "stop" or (item.action == "deploy" and comp.type != "file")
+                target = self._target(app, comps, comp, lenient)
             except CddlmError as e:
+                if getattr(e, "kind", "") == "unresolved-reference" and item.action != "stop" \
+                        and item.attempts < WAIT_FOR_VALUE_ATTEMPTS:
+                    # a lazy reference to a runtime value another component has not produced
+                    # yet (its pid, its port): ask again shortly instead of failing
+                    with self.store.write() as conn:
+                        queue.retry_later(conn, item.id, self.id, self.clock() + WAIT_FOR_VALUE_STEP)
+                    return
                 target, outcome = None, Outcome("stopped" if item.action == "stop" else "failed",
                                                 "cannot resolve attributes: %s" % e)
             if target is not None:
