@@ -238,7 +238,7 @@ class Service:
             return
         rows = _component_rows(app_id, deployment, placement, now)
         with self.store.write() as conn:
-            app = repo.get_app(conn, app_id)
+            app = repo.lock_app(conn, app_id)
             if app is None:
                 raise ResourceUnknown("application %s does not exist" % app_id)
             lifecycle.check_operation("initialize", app.state, app.desired)
@@ -306,7 +306,7 @@ class Service:
     def _intent(self, app_id: str, operation: str, reason: str | None = None) -> None:
         now = self.clock()
         with self.store.write() as conn:
-            app = repo.get_app(conn, app_id)
+            app = repo.lock_app(conn, app_id)
             if app is None:
                 raise ResourceUnknown("application %s does not exist" % app_id)
             if operation == "terminate":
@@ -337,7 +337,7 @@ class Service:
 
     def destroy(self, app_id: str) -> None:
         with self.store.write() as conn:
-            app = repo.get_app(conn, app_id)
+            app = repo.lock_app(conn, app_id)
             if app is None:
                 raise ResourceUnknown("application %s does not exist" % app_id)
             lifecycle.check_operation("destroy", app.state, app.desired)
@@ -355,7 +355,7 @@ class Service:
     def set_termination_time(self, app_id: str, when: float | None) -> float | None:
         now = self.clock()
         with self.store.write() as conn:
-            app = repo.get_app(conn, app_id)
+            app = repo.lock_app(conn, app_id)
             if app is None:
                 raise ResourceUnknown("application %s does not exist" % app_id)
             if app.state == lifecycle.TERMINATED and when is not None:

@@ -168,6 +168,7 @@ class Engine:
     def _drop(self, item: queue.Item) -> None:
         """Forget a superseded item and let the newer intent plan the next work."""
         with self.store.write() as conn:
+            repo.lock_app(conn, item.app_id)
             queue.finish(conn, item.id)
             _, added = reconcile(conn, item.app_id, self.clock())
         self._after(added)
@@ -177,6 +178,7 @@ class Engine:
         now = self.clock()
         try:
             with self.store.write() as conn:
+                repo.lock_app(conn, item.app_id)
                 if item.attempts >= 5:
                     comp = repo.get_component(conn, item.app_id, item.path)
                     if comp is not None and comp.observed in states.LIVE:
@@ -260,9 +262,9 @@ class Engine:
         """Record an action's intent before doing it, so a crash or a concurrent liveness
         check reads it right (starting: adopt, do not start twice; stopping: not a failure)."""
         with self.store.write() as conn:
+            app = repo.lock_app(conn, item.app_id)
             if not queue.extend(conn, item.id, self.id, self.clock() + self.settings.lease_seconds):
                 raise Lost("lease lost")
-            app = repo.get_app(conn, item.app_id)
             if app is None or (item.action != "stop" and app.generation > item.generation):
                 raise Superseded()   # a newer intent: this item's next step is not taken
             repo.update_component(conn, item.app_id, comp.path, observed=observed,
@@ -272,11 +274,11 @@ class Engine:
     def _record(self, item: queue.Item, comp: repo.Component, outcome: Outcome) -> None:
         now = self.clock()
         with self.store.write() as conn:
+            app = repo.lock_app(conn, item.app_id)
             if not queue.extend(conn, item.id, self.id, now + self.settings.lease_seconds):
                 raise Lost("lease lost before recording")
             queue.finish(conn, item.id)
             current = repo.get_component(conn, item.app_id, item.path)
-            app = repo.get_app(conn, item.app_id)
             if current is not None and app is not None:
                 self._apply(conn, app, current, outcome, now)
             before = app.event_seq if app else 0
@@ -362,8 +364,8 @@ class Engine:
         if outcome is not None:
             now = self.clock()
             with self.store.write() as conn:
+                app2 = repo.lock_app(conn, app_id)
                 current = repo.get_component(conn, app_id, path)
-                app2 = repo.get_app(conn, app_id)
                 if current is None or app2 is None or current.observed != comp.observed \
                         or current.pid != comp.pid:
                     return _health(comp, None)
