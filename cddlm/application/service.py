@@ -317,7 +317,9 @@ class Service:
             else:
                 lifecycle.check_operation(operation, app.state, app.desired)
                 info = None
-            generation = app.generation + 1
+            # run refines initialize (deploys in flight stay useful); terminate contradicts
+            # every earlier intent, so its new generation supersedes the work queued for them
+            generation = app.generation + 1 if operation == "terminate" else app.generation
             values: dict[str, Any] = {"desired": lifecycle.INTENT[operation], "generation": generation}
             if info is not None:
                 values["termination_info"] = info
@@ -325,7 +327,8 @@ class Service:
             conn.execute(components_table.update().where(components_table.c.app_id == app_id)
                          .values(desired="running" if operation == "run" else "stopped",
                                  generation=generation))
-            queue.supersede(conn, app_id, generation)
+            if generation != app.generation:
+                queue.supersede(conn, app_id, generation)
             _, added = reconcile(conn, app_id, now)
         self._after(work=added)
 
