@@ -29,13 +29,15 @@ class Placer:
               down: set[str] = frozenset()) -> tuple[dict[str, dict], dict | None]:
         """({component path: {"host", "provider"}} for every placed component, the audit of
         the placement's policies (None without a datacenter: there are no policies to audit))."""
+        # hosts whose agent is another portal need delegation, which this portal does not do yet
+        unusable = set(down) | {h.name for h in self.hosts.hosts.values() if not h.local}
         if self.hosts.datacenter is not None:
-            return self._solve(self.hosts.datacenter, deployment, used, down)
+            return self._solve(self.hosts.datacenter, deployment, used, unusable)
         if deployment.policies:
             # policies still apply on the one default host: a hard anti-collocation of two
             # components cannot hold there, and the caller must hear it
             dims = {d for _, c in placed_paths(deployment) for d in (c.attributes.get("demand") or {})}
-            return self._solve(self.hosts.implicit_datacenter(dims), deployment, used, down)
+            return self._solve(self.hosts.implicit_datacenter(dims), deployment, used, unusable)
         (only,) = self.hosts.names() if len(self.hosts.names()) == 1 else (None,)
         out = {}
         for path, comp in placed_paths(deployment):
