@@ -417,7 +417,7 @@ class Service:
                     out[key] = values.value(value)
                 except ResolutionError:
                     out[key] = None
-            for name in ("pid", "host", "workdir", "port", "state", "exit_code"):
+            for name in ("pid", "host", "workdir", "port", "state", "exit_code", "location"):
                 if name not in out:
                     runtime = values.runtime(path, name)
                     if runtime is not None:

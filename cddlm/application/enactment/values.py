@@ -12,7 +12,7 @@ from cddlm.errors import ResolutionError
 from cddlm.lang.model import Component as Node, Deployment, Lazy
 
 RUNTIME_NAMES = ("pid", "host", "workdir", "port", "ports", "state", "exit_code", "exit_signal",
-                 "restarts", "path", "executable")
+                 "restarts", "location", "executable")
 
 
 class HostValues:
