@@ -212,7 +212,7 @@ class _Resolver:
             self.merge(el)
         self.settle_all(system)
         deployment = cdl_components.to_deployment(system, self)
-        return Resolution(deployment, self.display(system), tuple(sorted(self.used)))
+        return Resolution(deployment, lambda: self.display(system), tuple(sorted(self.used)))
 
     # -- phase 1 and 2: documents and imports ---------------------------------------------------
     def load(self, data: bytes | str, label: str | None, url: str | None,

@@ -82,7 +82,7 @@ class _Hot:
 
     def resolve(self, request: ResolveRequest) -> Resolution:
         template = Template(request)
-        return Resolution(template.deployment, template.display(), tuple(sorted(template.used)))
+        return Resolution(template.deployment, template.display, tuple(sorted(template.used)))
 
 
 class Template:
