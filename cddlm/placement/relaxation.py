@@ -9,9 +9,12 @@ verifier accepts. Components with the same eligible providers, demand and packin
 interchangeable here, so they form a *class*, and the model only counts how many members of each
 class go on each provider: integers y[k, p] in 0..|k|, sum over p of y[k, p] = |k|, per provider
 and dimension sum over k of demand(k) y[k, p] <= free capacity, minimise sum cost(k, p) y[k, p].
-A dozen flavours on 1,000 hosts give ~10,000 integers instead of a million booleans, and CP-SAT
-solves that to optimality in seconds (exact integer arithmetic: its best bound is a proof, not
-a floating-point estimate). Eligibility filters (capacity, traits, existing placements, hard
+Eight flavours on 1,000 hosts give 8,000 integers instead of a million booleans, fewer still
+once ``useful`` drops the providers no optimal solution can use (6,042 on the benchmark's
+tightly loaded 1,000 x 1,000; 8,571 instead of 76,537 on 1,000 x 10,000), and CP-SAT solves that
+to optimality in seconds (exact integer arithmetic: its best bound is a proof, not a
+floating-point estimate; measured 1-10 s on 1,000 x 1,000, where the LP relaxation's bound
+alone, 2,235,572 by GLOP, lies 1.1 % below the optimum 2,260,828). Eligibility filters (capacity, traits, existing placements, hard
 licence / root-traits / identifier targets, arc consistency) keep only providers some feasible
 placement can use, so they do not weaken the argument.
 
@@ -180,15 +183,10 @@ def disaggregate(inst: Instance, rel: Relaxation, sequence: list[int]) -> dict[i
             if best_key is None or key < best_key:
                 best, best_key = p, key
         if best is None:  # no counted slot: the greedy pass's rule
-            for p in inst.eligible[c]:
-                if not state.allowed(c, p):
-                    continue
-                key = (inst.cost[c][p] + state.penalty(c, p), p)
-                if best_key is None or key < best_key:
-                    best, best_key = p, key
+            best = greedy.cheapest(state, c)
         if best is None:
             return None
-        if best in left:
+        if left.get(best, 0) > 0:
             left[best] -= 1
         state.place(c, best)
     return state.where

@@ -1,27 +1,41 @@
 """The placement solver: always answers, within a time limit.
 
 1. Filters (``eligibility``): providers each component may use at all.
-2. Greedy pass (``greedy``): milliseconds; an answer in hand, and a hint for step 3.
-3. CP-SAT (``cpmodel``) over candidate providers per component: all of them when the model stays
+2. Greedy pass (``greedy``): milliseconds; an answer in hand, and a hint for step 4.
+3. Large requests (over LARGE_MODEL booleans): the packing relaxation (``relaxation``), with at
+   most RELAX_SHARE of the time left: a lower bound over the whole problem (every eligible
+   provider, no pruning), and placements disaggregated from its counts. A verified placement
+   whose objective reaches the bound is optimal, and the solver stops there.
+4. CP-SAT (``cpmodel``) over candidate providers per component: all of them when the model stays
    small (at most FULL_LIMIT booleans), else the K cheapest half plus a seeded sample half plus
-   the greedy choice (K = PRUNED_BUDGET / components). It improves soft violations and packing,
-   gives a bound, and proves infeasibility. The greedy answer is its hint.
-4. The verifier re-checks whatever is returned; a rejected answer is never returned as feasible.
-5. No placement: ``conflicts`` explains with a small set of hard policies.
+   the hint's choice plus the providers the relaxation's counts use for the component's class
+   (K = PRUNED_BUDGET / components). It improves soft violations and packing, gives a bound
+   when it saw every candidate, and proves infeasibility. The best answer so far is its hint,
+   and the relaxation's bound a constraint on its objective (so it stops on reaching it).
+5. The verifier re-checks whatever is returned; a rejected answer is never returned as feasible.
+6. No placement: ``conflicts`` explains with a small set of hard policies.
 
-Status: ``optimal`` only when CP-SAT proved it over the unpruned candidates; ``feasible`` for
-any other verified answer; ``infeasible`` when proven (``proven``) or when nothing was found in
-time (``proven`` false, said in ``reason``).
+``bound`` is always a lower bound on the objective of every placement of the whole problem: the
+relaxation's, or CP-SAT's when its model had every candidate, whichever is higher
+(``bound_by``). CP-SAT's bound over pruned candidates is never reported: it holds for the
+pruned model only.
+
+Status: ``optimal`` when the objective reaches that bound (CP-SAT proved it over the unpruned
+candidates, or the relaxation did); ``feasible`` for any other verified answer; ``infeasible``
+when proven (``proven``) or when nothing was found in time (``proven`` false, said in
+``reason``).
 
 Determinism: CP-SAT runs with a fixed ``random_seed``, ``num_workers`` (default 2, the
 machine's cores) and, for models up to LARGE_MODEL booleans, ``interleave_search``, which
 schedules its subsolvers in deterministic batches: a search that ends (optimal or infeasible)
 before the time limit gives the same answer on every run, ties included. Larger models use the
 plain parallel portfolio without probing (measured: interleaving and probing delayed the first
-CP-SAT solution on 1,000 x 1,000 from 3 s to 12-19 s), whose answers at the limit vary. When the wall-clock limit stops the search, how far it got depends
-on the machine's speed and load, so the answer may differ; ``deterministic=True`` measures the
-limit in CP-SAT's deterministic time instead, and then repeats exactly (but no longer tracks
-seconds precisely).
+CP-SAT solution on 1,000 x 1,000 from 3 s to 12-19 s), whose answers at the limit vary; the
+relaxation runs on one worker, so a large request it proves optimal is answered the same on
+every run. When the wall-clock limit stops a search, how far it got depends on the machine's
+speed and load, so the answer may differ; ``deterministic=True`` measures the limits in
+CP-SAT's deterministic time instead, and then repeats exactly (but no longer tracks seconds
+precisely).
 """
 
 from __future__ import annotations
