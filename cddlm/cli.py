@@ -166,6 +166,12 @@ def cmd_deploy(args: argparse.Namespace) -> int:
         state = app.wait_for(target, timeout=args.timeout, progress=progress)
     finally:
         progress.done()
+    # a process that dies right after it started was running for a moment: watch a little
+    # longer before calling the deployment a success (readiness checks are the precise tool)
+    deadline = time.monotonic() + max(0.0, args.settle)
+    while state == target and time.monotonic() < deadline:
+        time.sleep(0.1)
+        state = app.state()
     if state != target:
         _report_failure(app.ping())
         return 1
@@ -361,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--no-run", action="store_true", help="initialize only; do not run")
     d.add_argument("--timeout", type=float, default=120.0, metavar="S",
                    help="seconds to wait for the state (default 120)")
+    d.add_argument("--settle", type=float, default=1.0, metavar="S",
+                   help="once there, seconds to watch for an early failure (default 1)")
     d.set_defaults(func=cmd_deploy)
 
     client_parser("ls", "list applications", False).set_defaults(func=cmd_ls)
