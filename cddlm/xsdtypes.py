@@ -62,7 +62,3 @@ def parse_boolean(text: str) -> bool:
     if value in ("false", "0"):
         return False
     raise BadArgument("%r is not an xsd:boolean" % text)
-
-
-def format_boolean(value: bool) -> str:
-    return "true" if value else "false"

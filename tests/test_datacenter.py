@@ -57,13 +57,19 @@ def wait(service, app_id, state, timeout=15.0):
         time.sleep(0.05)
 
 
-def test_anti_collocation_spreads_over_hosts_each_with_its_own_directory(dc_portal):
-    svc = dc_portal.service
-    app, _ = svc.create("spread", None, [], dc_portal.url)
+def running_spread(portal, name: str):
+    """Three components that must not share a host, running."""
+    svc = portal.service
+    app, _ = svc.create(name, None, [], portal.url)
     svc.initialize(app.id, descriptor(3, policy='<policy type="anti-collocation" level="host" group="all"/>'),
                    [], [])
     svc.run(app.id)
     wait(svc, app.id, "running")
+    return svc, app
+
+
+def test_anti_collocation_spreads_over_hosts_each_with_its_own_directory(dc_portal):
+    svc, app = running_spread(dc_portal, "spread")
     placement = svc.get(app.id).placement["components"]
     hosts = {p["host"] for p in placement.values()}
     assert hosts == {"h1", "h2", "h3"}
@@ -119,12 +125,7 @@ def test_capacity_is_held_until_termination(dc_portal):
 
 
 def test_a_host_marked_down_fails_its_components_and_is_avoided(dc_portal):
-    svc = dc_portal.service
-    app, _ = svc.create("victim", None, [], dc_portal.url)
-    svc.initialize(app.id, descriptor(3, policy='<policy type="anti-collocation" level="host" group="all"/>'),
-                   [], [])
-    svc.run(app.id)
-    wait(svc, app.id, "running")
+    svc, app = running_spread(dc_portal, "victim")
     svc.mark_host("h2", True, "maintenance")
     wait(svc, app.id, "failed")
     info = svc.get(app.id).termination_info

@@ -173,10 +173,6 @@ def app_by_token(conn: Connection, token: str) -> App | None:
     return App.from_row(row) if row else None
 
 
-def descriptor_text(conn: Connection, app_id: str) -> str | None:
-    return conn.execute(select(applications.c.descriptor).where(applications.c.id == app_id)).scalar()
-
-
 JSON_COLUMNS = ("termination_info", "properties", "options", "deployment", "placement")
 
 

@@ -88,9 +88,6 @@ class Datacenter:
             i = self.nodes[i].parent
         return out
 
-    def has_partition(self, kind: str, name: str) -> bool:
-        return name in self.levels if kind == "level" else (name == "host" or name in self.scopes)
-
     def partition(self, kind: str, name: str) -> Partition:
         key = (kind, name)
         if key not in self._partitions:
