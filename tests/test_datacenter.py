@@ -158,3 +158,13 @@ def test_host_and_audit_commands(live_portal, tmp_path):
     assert r.returncode == 1 and "unknown host" in r.stderr
     cddlm("host", "up", "h3", portal=lp.url)
     cddlm("terminate", "spread", portal=lp.url)
+
+
+def test_create_hostname_is_the_default_host(dc_portal):
+    svc = dc_portal.service
+    app, _ = svc.create("pinned", "h3", [], dc_portal.url)
+    svc.initialize(app.id, descriptor(2), [], [])
+    assert {p["host"] for p in svc.get(app.id).placement["components"].values()} == {"h3"}
+    with pytest.raises(Exception) as e:
+        svc.create("nowhere", "h9", [], dc_portal.url)
+    assert "not a host of this portal" in str(e.value)

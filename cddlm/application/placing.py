@@ -26,9 +26,14 @@ class Placer:
         self.time_limit = time_limit
 
     def place(self, deployment: Deployment, used: dict[str, dict[str, float]],
-              down: set[str] = frozenset()) -> tuple[dict[str, dict], dict | None]:
+              down: set[str] = frozenset(), default_host: str | None = None
+              ) -> tuple[dict[str, dict], dict | None]:
         """({component path: {"host", "provider"}} for every placed component, the audit of
-        the placement's policies (None without a datacenter: there are no policies to audit))."""
+        the placement's policies (None without a datacenter: there are no policies to audit)).
+        ``default_host`` (create's ``hostname``) pins components that name no host of their own."""
+        if default_host:
+            for _, comp in placed_paths(deployment):
+                comp.attributes.setdefault("host", default_host)
         # hosts whose agent is another portal need delegation, which this portal does not do yet
         unusable = set(down) | {h.name for h in self.hosts.hosts.values() if not h.local}
         if self.hosts.datacenter is not None:

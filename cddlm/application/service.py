@@ -80,6 +80,10 @@ class Service:
                portal: str) -> tuple[repo.App, repo.View]:
         understood = opts.check(options, "create")
         now = self.clock()
+        hostname = hostname.strip() if hostname and hostname.strip() else None
+        if hostname is not None and hostname not in self.hosts:
+            raise BadArgument("hostname %r is not a host of this portal (hosts: %s)"
+                              % (hostname, ", ".join(self.hosts.names())))
         token = understood.get(opts.CLIENT_TOKEN)
         digest = _digest({"name": name, "hostname": hostname,
                           "options": sorted((o.name, o.kind, o.text) for o in options
@@ -232,7 +236,7 @@ class Service:
         with self.store.read() as conn:
             used = self._used_capacity(conn)
             down = self._down_hosts(conn)
-        placement, audit = self.placer.place(deployment, used, down)
+        placement, audit = self.placer.place(deployment, used, down, app.hostname)
         validate_only = understood.get(opts.VALIDATE_ONLY)
         if validate_only is not None and validate_only.value:
             return
