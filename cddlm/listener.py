@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 
 from lxml import etree
@@ -47,6 +48,7 @@ class Event:
     sequence: int | None = None
     timestamp: str | None = None
     application: wsa.Reference | None = None   # creation events: the new application's EPR
+    received: float = 0.0              # time.time() when it arrived
 
     @property
     def kind(self) -> str:
@@ -54,7 +56,7 @@ class Event:
             self.message.tag, etree.QName(self.message).localname)
 
 
-def parse_message(holder: etree._Element, path: str) -> Event | None:
+def parse_message(holder: etree._Element, path: str, received: float = 0.0) -> Event | None:
     message = holder.find(WSNT + "Message")
     payload = next((c for c in message if isinstance(c.tag, str)), None) if message is not None else None
     if payload is None:
@@ -74,7 +76,7 @@ def parse_message(holder: etree._Element, path: str) -> Event | None:
                  resource_id=_text(payload, "ResourceId"), name=_text(payload, "name"),
                  state=_text(payload, "state"), previous_state=_text(payload, "previousState"),
                  sequence=int(sequence) if sequence else None, timestamp=_text(payload, "timestamp"),
-                 application=wsa.parse_epr(app) if app is not None else None)
+                 application=wsa.parse_epr(app) if app is not None else None, received=received)
 
 
 def _address(el: etree._Element | None) -> str | None:
@@ -155,11 +157,12 @@ class Listener:
         notify = doc.find("%sBody/%sNotify" % (ENV, WSNT))
         if notify is None:
             return _answer(start_response, "400 Bad Request", b"no soapenv:Body/wsnt:Notify\n")
+        now = time.time()
         with self._lock:
             if self.keep_envelopes:
                 self.envelopes.append((path, data))
             for holder in notify.iterfind(WSNT + "NotificationMessage"):
-                event = parse_message(holder, path)
+                event = parse_message(holder, path, now)
                 if event is not None and self._first_time(event):
                     self.events.put(event)
         return _answer(start_response, "202 Accepted", b"")

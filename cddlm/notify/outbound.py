@@ -87,7 +87,6 @@ class Sender:
         if session is None:
             session = self._local.session = requests.Session()
             session.trust_env = False          # no proxies, no .netrc: straight to the consumer
-            session.max_redirects = 0
         return session
 
     def post(self, address: str, data: bytes, action: str) -> str | None:
