@@ -115,7 +115,7 @@ class Listener:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.close()
+            stop_server(self._server)
             self._server = None
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -180,6 +180,19 @@ class Listener:
                 return False
             self._seen[key] = 1
         return True
+
+
+def stop_server(server) -> None:
+    """Stop a waitress server at once: its listening socket and every open connection (the
+    portal keeps connections alive, and the server's loop runs while any is open)."""
+    server.close()
+    server.task_dispatcher.shutdown(timeout=1)
+    for channel in list(server._map.values()):
+        try:
+            channel.handle_close()
+        except OSError:
+            pass
+    server._map.clear()
 
 
 def _answer(start_response, status: str, body: bytes):

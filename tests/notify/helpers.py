@@ -15,7 +15,7 @@ from lxml import etree
 from cddlm import ns
 from cddlm.application.options import Option
 from cddlm.application.service import DescriptorInput
-from cddlm.listener import Event, Listener
+from cddlm.listener import Event, Listener, stop_server
 from tests.conftest import WsgiClient, free_port, shared_dir
 from tests.schemas import validate_envelope
 
@@ -38,7 +38,7 @@ def wsgi_server(app, port: int = 0) -> Iterator[str]:
     try:
         yield "http://127.0.0.1:%d" % int(server.effective_port)
     finally:
-        server.close()
+        stop_server(server)
         thread.join(timeout=5)
 
 
