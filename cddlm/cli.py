@@ -274,9 +274,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
             if args.app:
                 app = portal.lookup(args.app)
                 follower.follow(app)
+                print("watching %s until it terminates (Ctrl-C stops)" % args.app, file=sys.stderr,
+                      flush=True)
                 follower.run(until_terminated=app.id)
             else:
                 follower.follow_portal()
+                print("watching every application on %s (Ctrl-C stops)" % portal.url, file=sys.stderr,
+                      flush=True)
                 follower.run()
         except KeyboardInterrupt:
             pass

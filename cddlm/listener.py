@@ -185,8 +185,8 @@ class Listener:
 def stop_server(server) -> None:
     """Stop a waitress server at once: its listening socket and every open connection (the
     portal keeps connections alive, and the server's loop runs while any is open)."""
-    server.close()
     server.task_dispatcher.shutdown(timeout=1)
+    server.close()
     for channel in list(server._map.values()):
         try:
             channel.handle_close()

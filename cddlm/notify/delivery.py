@@ -7,9 +7,10 @@ committed, a sender done, a subscription resumed) or the next retry is due; it a
 every ``delivery_poll_interval`` for events other portals wrote. Senders only do HTTP.
 
 A slow or dead consumer never holds up the others: each request has connect and read
-timeouts and a deadline; at most ``delivery_workers`` requests are in flight and at most half
-of them (at least one) to one consumer host; a failing subscription backs off without
-blocking anyone; and only subscriptions whose head is due are claimed.
+timeouts and a deadline; ``delivery_workers`` senders work through at most twice as many
+requests, of which one consumer host may have at most half as many as there are senders (at
+least one), so a host that hangs can hold only half the senders; a failing subscription backs
+off without blocking anyone; and only subscriptions whose head is due are claimed.
 """
 
 from __future__ import annotations
@@ -43,13 +44,15 @@ class _Lru(OrderedDict):
         super().__init__()
         self.size = size
 
+    def put(self, key, value):
+        self[key] = value
+        if len(self) > self.size:
+            self.popitem(last=False)
+        return value
+
     def get_or(self, key, make: Callable):
         value = self.get(key)
-        if value is None:
-            value = self[key] = make()
-            if len(self) > self.size:
-                self.popitem(last=False)
-        return value
+        return value if value is not None else self.put(key, make())
 
 
 class Delivery:
@@ -61,7 +64,8 @@ class Delivery:
         self.clock = clock
         self.sender = sender or Sender(settings)
         self.workers = max(1, settings.delivery_workers)
-        self.per_host = max(1, self.workers // 2)
+        self.budget = 2 * self.workers                  # requests sent or waiting for a sender
+        self.per_host = max(1, self.workers // 2)       # of which one consumer host may have
         self.lease = 2 * (settings.delivery_connect_timeout + 2 * settings.delivery_timeout) + 10
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -143,7 +147,7 @@ class Delivery:
 
     def _round(self, now: float) -> float:
         """One round; returns how long to sleep before the next."""
-        capacity = self.workers - sum(self._in_flight.values())
+        capacity = self.budget - sum(self._in_flight.values())
         with self.store.single() as conn:
             unfanned, due = outbox.pending(conn, now)
         claimable = capacity > 0 and due is not None and due <= now
@@ -167,20 +171,24 @@ class Delivery:
             fanned = outbox.fan_out(conn, now, FAN_OUT_LIMIT, postgres, self._matches)
             batches = outbox.claim(conn, self.owner, now, self.lease, capacity,
                                    self.settings.delivery_batch, postgres, take) if capacity > 0 else []
+            wanted = {i for b in batches for i in b.events}
+            payloads = {i: self._payloads[i] for i in wanted if i in self._payloads}
+            loaded = outbox.load_events(conn, sorted(wanted - payloads.keys())) if batches else {}
         self._pending_outcomes = []
+        for event in loaded.values():        # each message serialized once for every subscriber
+            payloads[event.id] = self._payloads.put(event.id, _payload_bytes(event))
         for batch in batches:
-            self._submit(batch, now)
+            self._submit(batch, [payloads[i] for i in batch.events])
         # go on at once while there is more to do; else sleep until woken (or the next poll)
         return 0.0 if fanned >= FAN_OUT_LIMIT or batches else self.settings.delivery_poll_interval
 
-    def _submit(self, batch: outbox.Batch, now: float) -> None:
+    def _submit(self, batch: outbox.Batch, payloads: list[bytes]) -> None:
         route, head = self._heads.get_or(batch.sub_id, lambda: self._route(batch))
-        payloads = [self._payloads.get_or(ev.id, lambda ev=ev: _payload_bytes(ev)) for ev in batch.events]
         request = messages.notify_request(route, head, payloads)
         host = _host(batch.address)
         self._in_flight[host] = self._in_flight.get(host, 0) + 1
         assert self._pool is not None
-        self._pool.submit(self._send, batch, request, now)
+        self._pool.submit(self._send, batch, request, self.clock())
 
     def _send(self, batch: outbox.Batch, request: bytes, started: float) -> None:
         try:

@@ -27,7 +27,8 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from sqlalchemy import and_, bindparam, case, delete, exists, func, insert, or_, select, text, update
+from sqlalchemy import (and_, bindparam, case, delete, exists, func, insert, or_, select, text,
+                        tuple_, update)
 from sqlalchemy.engine import Connection
 
 from cddlm.application.tables import applications, deliveries, events, subscriptions
@@ -62,7 +63,7 @@ class Batch:
     address: str
     attempts: int
     failing_since: float | None
-    events: tuple[Event, ...]
+    events: tuple[int, ...]        # event ids, in order
 
 
 @dataclass(frozen=True)
@@ -73,47 +74,42 @@ class Outcome:
 
 
 # -- fan-out ----------------------------------------------------------------------------------
+_MATCHES = and_(s.producer == e.producer, s.topic == e.topic, s.status.in_(LIVE), _UNEXPIRED,
+                or_(and_(e.producer == topics.PORTAL, e.created >= s.created - PORTAL_SLACK),
+                    and_(e.producer != topics.PORTAL, e.seq > s.start_seq)))
+_IN_IDS = e.id.in_(bindparam("ids", expanding=True))
+# the range lets (producer, topic, id) serve the join, not every event of the producer
+_IN_RANGE = and_(e.id.between(bindparam("low"), bindparam("high")), _IN_IDS)
+
+
 def fan_out(conn: Connection, now: float, limit: int, postgres: bool,
-            matcher: Callable[[str, str | None, Event], bool]) -> int:
+            matcher: Callable[[str, str, Event], bool]) -> int:
     """Queue deliveries for up to ``limit`` events not fanned out yet; returns how many
-    events it handled. ``matcher(sub_id, message_filter, event)`` applies content filters."""
+    events it handled. Subscriptions without a content filter are matched in SQL;
+    ``matcher(sub_id, message_filter, event)`` decides for the others."""
     if postgres and not conn.execute(text("SELECT pg_try_advisory_xact_lock(%d)" % FAN_OUT_LOCK)).scalar():
         return 0   # another portal is fanning out; it takes these events
-    rows = conn.execute(select(e.id, e.producer, e.topic, e.seq, e.message, e.created)
-                        .where(_UNFANNED).order_by(e.id).limit(limit)).all()
-    if not rows:
+    ids = [r[0] for r in conn.execute(select(e.id).where(_UNFANNED).order_by(e.id).limit(limit))]
+    if not ids:
         return 0
-    by_producer: dict[str, list] = {}
-    producers = sorted({r.producer for r in rows})
-    for i in range(0, len(producers), 500):
-        for sub in conn.execute(select(s.id, s.producer, s.topic, s.start_seq, s.created, s.message_filter)
-                                .where(s.producer.in_(producers[i:i + 500]), s.status.in_(LIVE),
-                                       _UNEXPIRED), {"now": now}):
-            by_producer.setdefault(sub.producer, []).append(sub)
-    queued, touched = [], set()
-    for r in rows:
-        event = None
-        for sub in by_producer.get(r.producer, ()):
-            if sub.topic != r.topic:
-                continue
-            if r.producer == topics.PORTAL:
-                if r.created < sub.created - PORTAL_SLACK:
-                    continue
-            elif r.seq <= sub.start_seq:
-                continue
-            if sub.message_filter:
-                event = event or Event(r.id, r.producer, r.topic, json.loads(r.message))
-                if not matcher(sub.id, sub.message_filter, event):
-                    continue
-            queued.append({"subscription_id": sub.id, "event_id": r.id, "queued": now})
-            touched.add(sub.id)
-    if queued:
-        conn.execute(insert(deliveries), queued)
-        conn.execute(update(subscriptions).where(s.id.in_(bindparam("ids", expanding=True)))
-                     .values(due=func.coalesce(s.due, now)), {"ids": sorted(touched)})
-    conn.execute(update(events).where(e.id.in_(bindparam("ids", expanding=True)))
-                 .values(fanned_out=True), {"ids": [r.id for r in rows]})
-    return len(rows)
+    params = {"ids": ids, "now": now, "low": ids[0], "high": ids[-1]}
+    pairs = events.join(subscriptions, _MATCHES)
+    conn.execute(insert(deliveries).from_select(
+        ["subscription_id", "event_id", "queued"],
+        select(s.id, e.id, bindparam("now")).select_from(pairs)
+        .where(_IN_RANGE, s.message_filter.is_(None))), params)
+    filtered = [{"subscription_id": r.sid, "event_id": r.id, "queued": now}
+                for r in conn.execute(select(s.id.label("sid"), s.message_filter, e.id, e.producer,
+                                             e.topic, e.message).select_from(pairs)
+                                      .where(_IN_RANGE, s.message_filter.is_not(None)), params)
+                if matcher(r.sid, r.message_filter, Event(r.id, r.producer, r.topic, json.loads(r.message)))]
+    if filtered:
+        conn.execute(insert(deliveries), filtered)
+    conn.execute(update(subscriptions).where(s.id.in_(
+        select(d.subscription_id).where(d.event_id.in_(bindparam("ids", expanding=True))).distinct()))
+        .values(due=func.coalesce(s.due, now)), params)
+    conn.execute(update(events).where(_IN_IDS).values(fanned_out=True), params)
+    return len(ids)
 
 
 # -- claims -----------------------------------------------------------------------------------
@@ -123,8 +119,8 @@ _CLAIMABLE = and_(s.due <= bindparam("now"), s.paused.is_(False), s.status.in_(L
 
 def claim(conn: Connection, owner: str, now: float, lease: float, limit: int, batch: int,
           postgres: bool, take: Callable[[str], bool]) -> list[Batch]:
-    """Lease up to ``limit`` due subscriptions (those ``take(address)`` accepts) with their
-    first ``batch`` deliveries."""
+    """Lease up to ``limit`` due subscriptions (those ``take(address)`` accepts) with the ids
+    of their first ``batch`` queued events."""
     query = (select(s.id, s.portal, s.producer, s.producer_view, s.topic, s.consumer,
                     s.consumer_address, s.attempts, s.failing_since)
              .where(_CLAIMABLE).order_by(s.due).limit(limit * 4))
@@ -136,15 +132,15 @@ def claim(conn: Connection, owner: str, now: float, lease: float, limit: int, ba
     ids = [r.id for r in chosen]
     conn.execute(update(subscriptions).where(s.id.in_(bindparam("ids", expanding=True)))
                  .values(owner=owner, lease_expires=now + lease), {"ids": ids})
-    ranked = (select(d.subscription_id, d.event_id, e.producer, e.topic, e.message,
+    ranked = (select(d.subscription_id, d.event_id,
                      func.row_number().over(partition_by=d.subscription_id,
                                             order_by=d.event_id).label("rank"))
-              .join(events, e.id == d.event_id)
               .where(d.subscription_id.in_(bindparam("ids", expanding=True))).subquery())
-    queued: dict[str, list[Event]] = {i: [] for i in ids}
-    for r in conn.execute(select(ranked).where(ranked.c.rank <= batch)
-                          .order_by(ranked.c.subscription_id, ranked.c.event_id), {"ids": ids}):
-        queued[r.subscription_id].append(Event(r.event_id, r.producer, r.topic, json.loads(r.message)))
+    queued: dict[str, list[int]] = {i: [] for i in ids}
+    for sid, eid in conn.execute(select(ranked.c.subscription_id, ranked.c.event_id)
+                                 .where(ranked.c.rank <= batch)
+                                 .order_by(ranked.c.subscription_id, ranked.c.event_id), {"ids": ids}):
+        queued[sid].append(eid)
     empty = [i for i, q in queued.items() if not q]
     if empty:   # nothing left (dropped or unsubscribed meanwhile): not due any more
         conn.execute(update(subscriptions).where(s.id.in_(bindparam("ids", expanding=True)))
@@ -154,14 +150,20 @@ def claim(conn: Connection, owner: str, now: float, lease: float, limit: int, ba
             for r in chosen if queued[r.id]]
 
 
+def load_events(conn: Connection, ids: list[int]) -> dict[int, Event]:
+    """The events with these ids (claims name events by id; a dispatcher caches their
+    messages, since every subscriber of a topic gets the same ones)."""
+    return {r.id: Event(r.id, r.producer, r.topic, json.loads(r.message))
+            for r in conn.execute(select(e.id, e.producer, e.topic, e.message).where(_IN_IDS),
+                                  {"ids": ids})}
+
+
 # -- outcomes ---------------------------------------------------------------------------------
 def record(conn: Connection, owner: str, now: float, outcomes: list[Outcome], settings: Settings) -> None:
     """Write what the senders found: delivered rows go, failures back off or fail."""
     done = [o for o in outcomes if o.error is None]
     if done:
-        conn.execute(delete(deliveries).where(d.subscription_id == bindparam("sid"),
-                                              d.event_id == bindparam("eid")),
-                     [{"sid": o.batch.sub_id, "eid": ev.id} for o in done for ev in o.batch.events])
+        _delete_sent(conn, [(o.batch.sub_id, i) for o in done for i in o.batch.events])
         more = exists().where(d.subscription_id == s.id)
         conn.execute(update(subscriptions)
                      .where(s.id == bindparam("sid"), s.owner == owner)
@@ -172,6 +174,21 @@ def record(conn: Connection, owner: str, now: float, outcomes: list[Outcome], se
     for o in outcomes:
         if o.error is not None:
             _failed(conn, owner, now, o, settings)
+
+
+_UNNEST = text("DELETE FROM deliveries WHERE (subscription_id, event_id) IN "
+               "(SELECT * FROM unnest(CAST(:sids AS varchar[]), CAST(:eids AS integer[])))")
+
+
+def _delete_sent(conn: Connection, sent: list[tuple[str, int]]) -> None:
+    """Delete delivered (subscription, event) rows: on PostgreSQL as two arrays (a hash join;
+    a long row-value IN list plans badly there), on SQLite as row values in chunks."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(_UNNEST, {"sids": [p[0] for p in sent], "eids": [p[1] for p in sent]})
+        return
+    for k in range(0, len(sent), 5000):          # SQLite takes up to 32766 parameters
+        conn.execute(delete(deliveries).where(tuple_(d.subscription_id, d.event_id).in_(
+            bindparam("pairs", expanding=True))), {"pairs": sent[k:k + 5000]})
 
 
 def backoff(attempts: int, settings: Settings) -> float:
@@ -217,6 +234,8 @@ def pending(conn: Connection, now: float) -> tuple[bool, float | None]:
 def expire(conn: Connection, now: float) -> int:
     """Subscriptions past their termination time end, with their queues; subscriptions of
     destroyed applications end once their queues are delivered."""
+    expired = select(s.id).where(s.termination_time <= now)
+    conn.execute(delete(deliveries).where(d.subscription_id.in_(expired)))
     gone = conn.execute(delete(subscriptions).where(s.termination_time <= now)).rowcount
     unfanned = exists().where(e.producer == s.producer, _UNFANNED)
     gone += conn.execute(delete(subscriptions).where(

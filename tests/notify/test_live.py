@@ -97,7 +97,7 @@ def test_cddlm_watch_prints_events_as_they_arrive(live_portal):
     lines: list[str] = []
     reader = _reader(everything, lines)
     try:
-        _wait(lambda: ("portal", "active") in live_subscriptions(lp.state_dir), 20, "watch subscribed")
+        assert everything.stderr.readline().startswith("watching every application")   # set up
         app = portal.create(name="watched")
         one = subprocess.Popen(watch + ["watched"], stdout=subprocess.PIPE, text=True, cwd=ROOT)
         _wait(lambda: len(live_subscriptions(lp.state_dir)) == 3, 20, "watch APP subscribed")

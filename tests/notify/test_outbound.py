@@ -112,15 +112,16 @@ def test_a_large_response_is_cut_and_a_slow_one_times_out():
     big = Recorder(body=b"x" * 100_000)
     with wsgi_server(big) as url:
         assert Sender(settings()).post(url + "/c", b"<x/>", "urn:act") is None   # 2xx: accepted
-    slow = Recorder(delay=3.0)
+    quick = settings(delivery_timeout=0.3, delivery_connect_timeout=0.3)
+    slow = Recorder(delay=1.0)
     with wsgi_server(slow) as url:
         started = time.monotonic()
-        error = Sender(settings()).post(url + "/c", b"<x/>", "urn:act")
-        assert "timed out" in error and time.monotonic() - started < 2.5
+        error = Sender(quick).post(url + "/c", b"<x/>", "urn:act")
+        assert "timed out" in error and time.monotonic() - started < 0.9
     with black_hole() as hole:
         started = time.monotonic()
-        error = Sender(settings()).post(hole, b"<x/>", "urn:act")
-        assert "timed out" in error and time.monotonic() - started < 2.5
+        error = Sender(quick).post(hole, b"<x/>", "urn:act")
+        assert "timed out" in error and time.monotonic() - started < 0.9
 
 
 def test_addresses_are_checked_again_before_every_request():

@@ -47,6 +47,15 @@ def upgrade() -> None:
     with op.batch_alter_table('applications', schema=None) as batch_op:
         batch_op.create_index('ix_applications_termination_time', ['termination_time'], unique=False)
 
+    op.create_table('deliveries',
+    sa.Column('subscription_id', sa.String(length=64), nullable=False),
+    sa.Column('event_id', sa.Integer(), nullable=False),
+    sa.Column('queued', sa.Float(), nullable=False),
+    sa.PrimaryKeyConstraint('subscription_id', 'event_id', name=op.f('pk_deliveries'))
+    )
+    with op.batch_alter_table('deliveries', schema=None) as batch_op:
+        batch_op.create_index('ix_deliveries_event_id', ['event_id'], unique=False)
+
     op.create_table('engines',
     sa.Column('id', sa.String(length=64), nullable=False),
     sa.Column('url', sa.String(length=512), nullable=True),
@@ -133,17 +142,6 @@ def upgrade() -> None:
     with op.batch_alter_table('components', schema=None) as batch_op:
         batch_op.create_index('ix_components_host', ['host'], unique=False)
 
-    op.create_table('deliveries',
-    sa.Column('subscription_id', sa.String(length=64), nullable=False),
-    sa.Column('event_id', sa.Integer(), nullable=False),
-    sa.Column('queued', sa.Float(), nullable=False),
-    sa.ForeignKeyConstraint(['event_id'], ['events.id'], name=op.f('fk_deliveries_event_id'), ondelete='CASCADE'),
-    sa.ForeignKeyConstraint(['subscription_id'], ['subscriptions.id'], name=op.f('fk_deliveries_subscription_id'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('subscription_id', 'event_id', name=op.f('pk_deliveries'))
-    )
-    with op.batch_alter_table('deliveries', schema=None) as batch_op:
-        batch_op.create_index('ix_deliveries_event_id', ['event_id'], unique=False)
-
     op.create_table('history',
     sa.Column('app_id', sa.String(length=64), nullable=False),
     sa.Column('seq', sa.Integer(), nullable=False),
@@ -196,10 +194,6 @@ def downgrade() -> None:
 
     op.drop_table('views')
     op.drop_table('history')
-    with op.batch_alter_table('deliveries', schema=None) as batch_op:
-        batch_op.drop_index('ix_deliveries_event_id')
-
-    op.drop_table('deliveries')
     with op.batch_alter_table('components', schema=None) as batch_op:
         batch_op.drop_index('ix_components_host')
 
@@ -216,6 +210,10 @@ def downgrade() -> None:
 
     op.drop_table('events')
     op.drop_table('engines')
+    with op.batch_alter_table('deliveries', schema=None) as batch_op:
+        batch_op.drop_index('ix_deliveries_event_id')
+
+    op.drop_table('deliveries')
     with op.batch_alter_table('applications', schema=None) as batch_op:
         batch_op.drop_index('ix_applications_termination_time')
 
