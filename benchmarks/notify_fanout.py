@@ -34,6 +34,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from cddlm.config import Settings  # noqa: E402
+from portal_throughput import _post, pct  # noqa: E402  (this folder's raw-envelope client)
 
 API = "http://www.gridforum.org/cddlm/deployapi/2005/02"
 WSNT = "http://docs.oasis-open.org/wsn/b-2"
@@ -99,15 +100,6 @@ def consume(index: int, ready, counter, requests, results) -> None:
 
 
 # -- clients ----------------------------------------------------------------------------------------
-def _post(conn, path: str, body: bytes) -> bytes:
-    conn.request("POST", path, body, {"Content-Type": "text/xml; charset=utf-8"})
-    r = conn.getresponse()
-    data = r.read()
-    if r.status != 200:
-        raise RuntimeError("HTTP %d on %s: %s" % (r.status, path, data[:300]))
-    return data
-
-
 def create(args) -> float:
     base, ident, count, interval = args
     host = urllib.parse.urlsplit(base)
@@ -135,11 +127,6 @@ def scratch_schema(url: str):
         with psycopg.connect(plain, autocommit=True) as conn:
             conn.execute('DROP SCHEMA "%s" CASCADE' % schema)
     return plain + "?options=-csearch_path%3D" + schema, drop
-
-
-def pct(values: list[float], p: float) -> float:
-    values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100.0 * (len(values) - 1))))]
 
 
 def main() -> int:

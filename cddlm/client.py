@@ -36,14 +36,14 @@ from zeep.transports import Transport
 from cddlm import ns, xmlsafe
 from cddlm.errors import ClientError
 from cddlm.listener import Event, Listener  # noqa: F401  (the notification consumer)
+from cddlm.notify.topics import topic_element
 
 A = "{%s}" % ns.API
 APP_BINDING = "{%s}ApplicationBinding" % ns.API_WSDL
 PORTAL_BINDING = "{%s}PortalBinding" % ns.API_WSDL
 FINAL = {"terminated"}
 WSNT = "{%s}" % ns.WSNT
-LIFECYCLE = A + "Lifecycle"
-CREATED = A + "ApplicationCreated"
+LIFECYCLE, CREATED = ns.LIFECYCLE_TOPIC, ns.CREATED_TOPIC
 
 
 class PortalFault(ClientError):
@@ -346,14 +346,6 @@ def _value(el: etree._Element) -> Any:
 
 
 # -- notifications ----------------------------------------------------------------------------
-def _topic(tag: str, topic: str) -> etree._Element:
-    qn = etree.QName(topic)
-    el = etree.Element(tag, nsmap={"wsnt": ns.WSNT, "api": qn.namespace})
-    el.set("Dialect", ns.TOPIC_SIMPLE)
-    el.text = "api:" + qn.localname
-    return el
-
-
 def subscribe_request(consumer: str, topic: str, termination: str | None = None,
                       message_filter: str | None = None) -> etree._Element:
     """A ``wsnt:Subscribe`` for ``consumer`` on ``topic`` (Simple dialect); ``termination`` is
@@ -362,7 +354,7 @@ def subscribe_request(consumer: str, topic: str, termination: str | None = None,
     etree.SubElement(etree.SubElement(req, WSNT + "ConsumerReference"),
                      "{%s}Address" % ns.WSA).text = consumer
     holder = etree.SubElement(req, WSNT + "Filter")
-    holder.append(_topic(WSNT + "TopicExpression", topic))
+    holder.append(topic_element(WSNT + "TopicExpression", topic))
     if message_filter:
         content = etree.SubElement(holder, WSNT + "MessageContent", nsmap={"api": ns.API})
         content.set("Dialect", ns.XPATH_DIALECT)
@@ -384,7 +376,7 @@ def _subscribe(portal: Portal, address: str, headers: list, consumer: str, topic
 
 def _current_message(portal: Portal, address: str, headers: list, topic: str) -> etree._Element:
     request = etree.Element(WSNT + "GetCurrentMessage", nsmap={"wsnt": ns.WSNT})
-    request.append(_topic(WSNT + "Topic", topic))
+    request.append(topic_element(WSNT + "Topic", topic))
     return _post(portal, address, request, headers)[0]
 
 

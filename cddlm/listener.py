@@ -28,8 +28,6 @@ from cddlm.errors import BadArgument
 ENV = "{%s}" % ns.SOAP11_ENV
 WSNT = "{%s}" % ns.WSNT
 A = "{%s}" % ns.API
-LIFECYCLE = A + "Lifecycle"
-CREATED = A + "ApplicationCreated"
 MAX_BODY = 16 * 1024 * 1024
 
 

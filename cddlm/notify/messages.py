@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from lxml import etree
 
 from cddlm import ns, wsa
+from cddlm.application.repository import PORTAL_PRODUCER
 from cddlm.application.service import APP_PATH
 from cddlm.notify import topics
 from cddlm.xmlsafe import clean
@@ -109,18 +110,9 @@ def subscription_reference(tag: str, portal: str, sub_id: str) -> etree._Element
 
 
 def producer_reference(tag: str, portal: str, producer: str, view: str | None) -> etree._Element:
-    if producer == topics.PORTAL:
+    if producer == PORTAL_PRODUCER:
         return wsa.epr(tag, portal.rstrip("/") + PORTAL_PATH)
     return wsa.epr(tag, portal.rstrip("/") + APP_PATH + (view or ""), producer)
-
-
-def topic_element(tag: str, topic: str) -> etree._Element:
-    """A Simple-dialect topic expression naming ``topic`` (prefix ``api`` declared on it)."""
-    qn = etree.QName(topic)
-    el = etree.Element(tag, nsmap={"wsnt": ns.WSNT, "api": qn.namespace})
-    el.set("Dialect", ns.TOPIC_SIMPLE)
-    el.text = "api:" + qn.localname
-    return el
 
 
 # -- Notify -----------------------------------------------------------------------------------
@@ -138,7 +130,7 @@ class Route:
         """The serialized NotificationMessage around its payload: (before, after)."""
         holder = etree.Element(WSNT + "NotificationMessage", nsmap={"wsnt": ns.WSNT, "wsa": ns.WSA})
         holder.append(subscription_reference(WSNT + "SubscriptionReference", self.portal, self.sub_id))
-        holder.append(topic_element(WSNT + "Topic", self.topic))
+        holder.append(topics.topic_element(WSNT + "Topic", self.topic))
         holder.append(producer_reference(WSNT + "ProducerReference", self.portal, self.producer,
                                          self.view))
         etree.SubElement(holder, WSNT + "Message")

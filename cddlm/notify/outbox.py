@@ -31,6 +31,7 @@ from sqlalchemy import (and_, bindparam, case, delete, exists, func, insert, or_
                         tuple_, update)
 from sqlalchemy.engine import Connection
 
+from cddlm.application.repository import PORTAL_PRODUCER
 from cddlm.application.tables import applications, deliveries, events, subscriptions
 from cddlm.config import Settings
 from cddlm.notify import topics
@@ -75,8 +76,8 @@ class Outcome:
 
 # -- fan-out ----------------------------------------------------------------------------------
 _MATCHES = and_(s.producer == e.producer, s.topic == e.topic, s.status.in_(LIVE), _UNEXPIRED,
-                or_(and_(e.producer == topics.PORTAL, e.created >= s.created - PORTAL_SLACK),
-                    and_(e.producer != topics.PORTAL, e.seq > s.start_seq)))
+                or_(and_(e.producer == PORTAL_PRODUCER, e.created >= s.created - PORTAL_SLACK),
+                    and_(e.producer != PORTAL_PRODUCER, e.seq > s.start_seq)))
 _IN_IDS = e.id.in_(bindparam("ids", expanding=True))
 # the range lets (producer, topic, id) serve the join, not every event of the producer
 _IN_RANGE = and_(e.id.between(bindparam("low"), bindparam("high")), _IN_IDS)
@@ -249,7 +250,7 @@ def prune_events(conn: Connection, now: float, retention: float) -> int:
     newer = events.alias("newer")
     has_newer = exists().where(newer.c.producer == e.producer, newer.c.topic == e.topic,
                                newer.c.id > e.id)
-    gone_app = and_(e.producer != topics.PORTAL, ~exists().where(applications.c.id == e.producer))
+    gone_app = and_(e.producer != PORTAL_PRODUCER, ~exists().where(applications.c.id == e.producer))
     return conn.execute(delete(events).where(
         e.fanned_out.is_(True), e.created < now - retention,
         ~exists().where(d.event_id == e.id),

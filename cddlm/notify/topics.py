@@ -26,11 +26,12 @@ from dataclasses import dataclass
 from lxml import etree
 
 from cddlm import ns
-from cddlm.application.repository import CREATED_TOPIC as CREATED, LIFECYCLE_TOPIC as LIFECYCLE
-from cddlm.application.repository import PORTAL_PRODUCER as PORTAL
 from cddlm.errors import NotificationError
 
-APPLICATION = "application"
+LIFECYCLE, CREATED = ns.LIFECYCLE_TOPIC, ns.CREATED_TOPIC
+# producer kinds; the portal's own events are stored under the producer id "portal" as well
+# (repository.PORTAL_PRODUCER), an application's under its id
+PORTAL, APPLICATION = "portal", "application"
 TOPICS = {PORTAL: CREATED, APPLICATION: LIFECYCLE}       # producer kind -> its one topic
 DIALECTS = (ns.TOPIC_SIMPLE, ns.TOPIC_CONCRETE)
 WSNT = "{%s}" % ns.WSNT
@@ -102,13 +103,20 @@ def parse_filter(holder: etree._Element | None, kind: str, sample: etree._Elemen
     return Filter(topic, tuple(filters), etree.tostring(holder, encoding="unicode"))
 
 
+def topic_element(tag: str, topic: str) -> etree._Element:
+    """A Simple-dialect topic expression naming ``topic`` (prefix ``api`` declared on it):
+    a Notify's Topic, a Subscribe's TopicExpression, the producers' wsnt:Topic property."""
+    qn = etree.QName(topic)
+    el = etree.Element(tag, nsmap={"wsnt": ns.WSNT, "api": qn.namespace})
+    el.set("Dialect", ns.TOPIC_SIMPLE)
+    el.text = "api:" + qn.localname
+    return el
+
+
 def implied_filter(topic: str) -> str:
     """The Filter a subscription without one behaves as: its producer's topic."""
     holder = etree.Element(WSNT + "Filter", nsmap={"wsnt": ns.WSNT})
-    expression = etree.SubElement(holder, WSNT + "TopicExpression",
-                                  nsmap={"api": etree.QName(topic).namespace})
-    expression.set("Dialect", ns.TOPIC_SIMPLE)
-    expression.text = "api:" + etree.QName(topic).localname
+    holder.append(topic_element(WSNT + "TopicExpression", topic))
     return etree.tostring(holder, encoding="unicode")
 
 

@@ -14,12 +14,11 @@ from lxml import etree
 
 from cddlm import __version__, ns, wsa
 from cddlm.application import options as opts
-from cddlm.application.repository import App
+from cddlm.application.repository import PORTAL_PRODUCER, App
 from cddlm.application.service import Service
 from cddlm.errors import BadArgument, ResourceUnknown
 from cddlm.lang import registry
 from cddlm.notify import topics
-from cddlm.notify.messages import topic_element
 from cddlm.portal import messages as m
 from cddlm.portal import properties as rp
 from cddlm.portal.soap import Endpoint, Operation, Request
@@ -52,7 +51,7 @@ def producer_properties(topic: str) -> dict[str, rp.Builder]:
             out.append(el)
         return out
 
-    return {_q(WSNT, "Topic"): lambda: [topic_element(_q(WSNT, "Topic"), topic)],
+    return {_q(WSNT, "Topic"): lambda: [topics.topic_element(_q(WSNT, "Topic"), topic)],
             _q(WSNT, "FixedTopicSet"): fixed,
             _q(WSNT, "TopicExpressionDialect"): dialects}
 
@@ -298,6 +297,6 @@ class Handlers:
         }
         if self.subscriptions is not None:
             portal_ops.update(self.subscriptions.producer_operations(
-                topics.PORTAL, lambda req: (topics.PORTAL, None)))
+                topics.PORTAL, lambda req: (PORTAL_PRODUCER, None)))
             app_ops.update(self.subscriptions.producer_operations(topics.APPLICATION, self.producer))
         return Endpoint("portal", portal_ops), Endpoint("application", app_ops)

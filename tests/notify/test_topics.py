@@ -176,3 +176,9 @@ def test_the_subscribe_option_takes_a_url_a_subscribe_or_an_epr():
     with pytest.raises(NotificationError) as e:
         parse.read_option(option("data", portal_topic), 5.0, 10.0)
     assert e.value.fault == "TopicNotSupportedFault"
+
+
+def test_the_portal_kind_is_the_producer_id_of_the_portals_events():
+    from cddlm.application.repository import CREATED_TOPIC, LIFECYCLE_TOPIC, PORTAL_PRODUCER
+    assert (topics.PORTAL, topics.CREATED, topics.LIFECYCLE) == (PORTAL_PRODUCER, CREATED_TOPIC,
+                                                                  LIFECYCLE_TOPIC)
