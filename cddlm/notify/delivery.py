@@ -39,7 +39,9 @@ PRUNE_INTERVAL = 60.0
 FAN_OUT_LIMIT = 1000
 
 
-class _Lru(OrderedDict):
+class _Bounded(OrderedDict):
+    """A cache that forgets its oldest entries beyond ``size``."""
+
     def __init__(self, size: int):
         super().__init__()
         self.size = size
@@ -71,9 +73,9 @@ class Delivery:
         self._stop = threading.Event()
         self._results: queue.SimpleQueue[outbox.Outcome] = queue.SimpleQueue()
         self._in_flight: dict[str, int] = {}
-        self._heads = _Lru(4096)          # sub id -> (Route, head bytes)
-        self._payloads = _Lru(16384)      # event id -> payload bytes
-        self._filters = _Lru(4096)        # sub id -> MessageFilter
+        self._heads = _Bounded(4096)          # sub id -> (Route, head bytes)
+        self._payloads = _Bounded(16384)      # event id -> payload bytes
+        self._filters = _Bounded(4096)        # sub id -> MessageFilter
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pending_outcomes: list[outbox.Outcome] = []   # found by senders, not yet recorded
@@ -213,9 +215,15 @@ class Delivery:
 
     def _maintain(self, now: float) -> None:
         self._next_maintenance = now + MAINTENANCE_INTERVAL
+        prune = now >= self._next_prune
+        with self.store.single() as conn:
+            expirable = outbox.expirable(conn, now)
+        if not (expirable or prune):
+            return
         with self.store.write() as conn:
-            outbox.expire(conn, now)
-            if now >= self._next_prune:
+            if expirable:
+                outbox.expire(conn, now)
+            if prune:
                 self._next_prune = now + PRUNE_INTERVAL
                 outbox.prune_events(conn, now, self.settings.event_retention_seconds)
 

@@ -81,12 +81,16 @@ class Sender:
         self.settings = settings
         self.resolver = resolver
         self._local = threading.local()
+        self._sessions: list[requests.Session] = []
+        self._lock = threading.Lock()
 
     def _session(self) -> requests.Session:
         session = getattr(self._local, "session", None)
         if session is None:
             session = self._local.session = requests.Session()
             session.trust_env = False          # no proxies, no .netrc: straight to the consumer
+            with self._lock:
+                self._sessions.append(session)
         return session
 
     def post(self, address: str, data: bytes, action: str) -> str | None:
@@ -116,8 +120,10 @@ class Sender:
         return "HTTP %d from %s%s" % (r.status_code, address, _fault_text(body))
 
     def close(self) -> None:
-        session = getattr(self._local, "session", None)
-        if session is not None:
+        """Close every thread's connections."""
+        with self._lock:
+            sessions, self._sessions = self._sessions, []
+        for session in sessions:
             session.close()
 
 

@@ -34,7 +34,6 @@ from sqlalchemy.engine import Connection
 from cddlm.application.repository import PORTAL_PRODUCER
 from cddlm.application.tables import applications, deliveries, events, subscriptions
 from cddlm.config import Settings
-from cddlm.notify import topics
 from cddlm.notify.records import ENDED, FAILED, LIVE
 
 PORTAL_SLACK = 60.0         # seconds: an ApplicationCreated event older than its subscription
@@ -232,6 +231,12 @@ def pending(conn: Connection, now: float) -> tuple[bool, float | None]:
     return unfanned, due
 
 
+def expirable(conn: Connection, now: float) -> bool:
+    """Whether ``expire`` has anything to do (a read, so an idle portal writes nothing)."""
+    return conn.execute(select(s.id).where(or_(s.termination_time <= now, s.status == ENDED))
+                        .limit(1)).first() is not None
+
+
 def expire(conn: Connection, now: float) -> int:
     """Subscriptions past their termination time end, with their queues; subscriptions of
     destroyed applications end once their queues are delivered."""
@@ -255,8 +260,3 @@ def prune_events(conn: Connection, now: float, retention: float) -> int:
         e.fanned_out.is_(True), e.created < now - retention,
         ~exists().where(d.event_id == e.id),
         or_(has_newer, gone_app))).rowcount
-
-
-def undelivered(conn: Connection) -> int:
-    return conn.execute(select(func.count()).select_from(deliveries)).scalar() or 0
-

@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, fields
 from typing import Any
 
-from sqlalchemy import bindparam, delete, exists, func, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from cddlm.application.tables import applications, deliveries, events, subscriptions
@@ -116,11 +116,3 @@ def latest_event(conn: Connection, producer: str, topic: str) -> dict | None:
                        .order_by(events.c.id.desc()).limit(1)).first()
     return json.loads(row[0]) if row is not None else None
 
-
-def count_live(conn: Connection) -> int:
-    return conn.execute(select(func.count()).select_from(subscriptions)
-                        .where(subscriptions.c.status.in_(LIVE))).scalar() or 0
-
-
-def has_queue(sub_id_column) -> Any:
-    return exists().where(deliveries.c.subscription_id == sub_id_column)
