@@ -93,6 +93,8 @@ class Portal:
             return
         self._stopped.set()
         if self.server is not None:
+            # finish the requests in hand before the server's trigger goes away
+            self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
             self.server.close()
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)

@@ -41,7 +41,9 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     settings = Settings(host=args.host, port=args.port, state_dir=args.state_dir, db_url=args.db,
                         datacenter_file=args.datacenter, public_url=args.public_url,
-                        import_path=tuple(args.import_path or ()))
+                        import_path=tuple(args.import_path or ()), hosts_dir=args.hosts_dir,
+                        engine_workers=args.workers, lease_seconds=args.lease_seconds,
+                        heartbeat_seconds=args.heartbeat, liveness_interval=args.liveness_interval)
     if args.consumer_network:
         settings = settings.replace(consumer_networks=tuple(args.consumer_network))
     portal = Portal(settings)
@@ -289,12 +291,48 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_host(args: argparse.Namespace) -> int:
+    portal = _portal(args)
+    if args.host_command == "ls":
+        for h in portal.hosts():
+            free = ", ".join("%s %g" % kv for kv in sorted(h["free"].items()))
+            print("%-20s %-6s %-8s %s" % (h["name"], h["agent"], "DOWN" if h["down"] else "up", free))
+        return 0
+    portal.set_host_state(args.name, args.host_command == "down", getattr(args, "reason", None))
+    print("host %s is %s" % (args.name, args.host_command))
+    return 0
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from cddlm import ns as namespaces
+    app = _portal(args).lookup(args.app)
+    found = app.property("placementAudit", namespace=namespaces.EXT)
+    if not found:
+        print("%s has no placement audit (no datacenter, or not initialized)" % args.app)
+        return 0
+    audit = found[0]
+    print("placement %s by %s, objective %s" % (audit.get("status"), audit.get("solver"),
+                                              audit.get("objective")))
+    for p in audit:
+        head = "policy %s %s%s%s: %s" % (p.get("index"), "" if p.get("hard") == "true" else "soft ",
+                                       p.get("type"), " at %s" % (p.get("level") or p.get("scope"))
+                                       if p.get("level") or p.get("scope") else "",
+                                       "met" if p.get("met") == "true" else
+                                       "VIOLATED (%s)" % p.get("violations"))
+        print(head)
+        for member in p.iterfind("{%s}member" % namespaces.EXT):
+            print("    %-30s %s" % (member.get("component"), member.text or ""))
+    return 0
+
+
 # -- lang -----------------------------------------------------------------------------------
 def cmd_lang_resolve(args: argparse.Namespace) -> int:
     from cddlm.application import descriptors
+    # printing the resolved document needs no components; the native tree is what deploys
     result = descriptors.resolve_file(args.file, language=args.language,
                                       properties=_properties(args.property),
-                                      import_path=tuple(args.import_path or ()))
+                                      import_path=tuple(args.import_path or ()),
+                                      require_components=args.format == "native")
     if args.format == "native":
         print(json.dumps(result.deployment.to_json(), indent=2))
     else:
@@ -333,6 +371,16 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--consumer-network", action="append", metavar="CIDR",
                     help="a network notification consumers may be in (repeatable; default: "
                          "loopback and the private ranges)")
+    sv.add_argument("--hosts-dir", metavar="DIR",
+                    help="directory of the local hosts (default STATE/hosts; portals that share a "
+                         "database must share it)")
+    sv.add_argument("--workers", type=int, default=4, help="enactment worker threads (default 4)")
+    sv.add_argument("--lease-seconds", type=float, default=30.0,
+                    help="a claimed work item passes to another worker after this (default 30)")
+    sv.add_argument("--heartbeat", type=float, default=5.0,
+                    help="seconds between heartbeats; a portal silent for 3 is dead (default 5)")
+    sv.add_argument("--liveness-interval", type=float, default=2.0,
+                    help="seconds between liveness checks of running components (default 2)")
     sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     sv.set_defaults(func=cmd_portal_serve)
 
@@ -377,6 +425,21 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--callback", metavar="URL",
                    help="the URL the portal should post to, when it is not http://HOST:PORT")
     w.set_defaults(func=cmd_watch)
+    h = sub.add_parser("host", help="hosts of a portal").add_subparsers(dest="host_command",
+                                                                     required=True)
+    for name, text in (("ls", "list hosts: agent, up or down, free capacity"),
+                       ("down", "mark a host down: its components fail, placement avoids it"),
+                       ("up", "mark a host up again")):
+        hp = h.add_parser(name, help=text)
+        hp.add_argument("--portal", metavar="URL",
+                        help="portal endpoint (default $CDDLM_PORTAL, then %s)" % DEFAULT_PORTAL)
+        if name != "ls":
+            hp.add_argument("name", metavar="HOST")
+        if name == "down":
+            hp.add_argument("--reason", help="recorded with the host and in failures")
+        hp.set_defaults(func=cmd_host)
+    client_parser("audit", "show where an application's components went and which policies "
+                           "hold").set_defaults(func=cmd_audit)
 
     lang = sub.add_parser("lang", help="descriptor languages").add_subparsers(dest="lang_command",
                                                                                required=True)

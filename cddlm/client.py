@@ -166,6 +166,20 @@ class Portal:
             out.append(Application(self, Reference(address.strip(), rid.strip())))
         return out
 
+    def set_host_state(self, host: str, down: bool, reason: str | None = None) -> etree._Element:
+        req = etree.Element("{%s}setHostStateRequest" % ns.EXT, nsmap={"ext": ns.EXT})
+        etree.SubElement(req, "{%s}host" % ns.EXT).text = host
+        etree.SubElement(req, "{%s}down" % ns.EXT).text = "true" if down else "false"
+        if reason:
+            etree.SubElement(req, "{%s}reason" % ns.EXT).text = reason
+        return _post(self, self.url, req)[0]
+
+    def hosts(self) -> list[dict]:
+        (info,) = self.property("dynamicInfo")
+        return [{"name": h.get("name"), "agent": h.get("agent"), "down": h.get("down") == "true",
+                 "free": {f.get("resource"): float(f.text) for f in h.iterfind(A + "free")}}
+                for h in info.iterfind("%shosts/%shost" % (A, A))]
+
     def static_info(self) -> etree._Element:
         return self.property("staticInfo")[0]
 

@@ -33,8 +33,11 @@ class Settings:
     limits: Limits = field(default_factory=Limits)
     # enactment
     engine_workers: int = 4
-    lease_seconds: float = 30.0
-    liveness_interval: float = 2.0
+    lease_seconds: float = 30.0              # a claimed work item is another's after this
+    heartbeat_seconds: float = 5.0           # a portal silent for 3 heartbeats is dead
+    liveness_interval: float = 2.0           # scheduled check of every running component
+    hosts_dir: str | None = None             # local hosts' directories (default STATE/hosts);
+                                             # portals sharing a store must share this too
     stop_grace_seconds: float = 5.0
     # descriptors
     import_path: tuple[str, ...] = ()        # folders searched for classpath:/ and library imports
@@ -53,6 +56,10 @@ class Settings:
     consumer_networks: tuple[str, ...] = ("127.0.0.0/8", "::1/128", "10.0.0.0/8",
                                           "172.16.0.0/12", "192.168.0.0/16")
     default_subscription_seconds: float = 24 * 3600.0
+
+    @property
+    def hosts_root(self) -> str:
+        return os.path.abspath(self.hosts_dir or os.path.join(self.state_dir, "hosts"))
 
     @property
     def database_url(self) -> str:

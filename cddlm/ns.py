@@ -9,6 +9,9 @@ API_WSDL = "http://www.gridforum.org/cddlm/deployapi/2005/02/wsdl"
 CDL = "http://www.gridforum.org/namespaces/2005/02/cddlm/CDL-1.0"
 CMP = "http://www.gridforum.org/cddlm/components/2005/02"
 NATIVE = "urn:cddlm:lang:components:1"
+EXT = "urn:cddlm:ext:1"                  # the portal's extensions (operations, properties)
+HOT = "urn:cddlm:lang:hot:1"             # HOT templates with policy groups
+LIBRARY_PREFIX = "urn:cddlm:library:"    # the component library: urn:cddlm:library:components.cdl
 
 SOAP11_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
 XSI = "http://www.w3.org/2001/XMLSchema-instance"

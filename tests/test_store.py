@@ -146,3 +146,20 @@ def test_url_normalisation():
     assert normalise_url("postgres://u@h/db").startswith("postgresql+psycopg://")
     with pytest.raises(BadArgument):
         normalise_url("mysql://x")
+
+
+def test_concurrent_creates_with_one_client_token_make_one_application(db_url, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+    from cddlm.application.options import CLIENT_TOKEN, Option
+    from cddlm.application.service import Service
+    from cddlm.config import Settings
+    store = make(db_url)
+    service = Service(store, Settings(state_dir=str(tmp_path)))
+    token = [Option(CLIENT_TOKEN, True, "string", "same-token", "same-token")]
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(lambda _: service.create("once", None, token, "http://p")[0].id,
+                                range(50)))
+    assert len(set(results)) == 1
+    with store.read() as conn:
+        assert repo.count_by_state(conn) == {"instantiated": 1}
+    store.dispose()

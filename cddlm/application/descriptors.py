@@ -11,7 +11,7 @@ import pathlib
 
 from cddlm import ns
 from cddlm.config import Limits
-from cddlm.errors import BadArgument, DescriptorError
+from cddlm.errors import BadArgument, DescriptorError, ResolutionError
 from cddlm.lang import library, registry
 from cddlm.application.loader import Loader
 
@@ -31,7 +31,11 @@ def guess_language(path: str) -> str:
 
 def resolve(source, language: str, *, base_url: str | None = None, properties=None,
             import_path: tuple[str, ...] = (), allowed_prefixes: tuple[str, ...] = (),
-            limits: Limits | None = None, version: str | None = None) -> registry.Resolution:
+            limits: Limits | None = None, version: str | None = None,
+            require_components: bool = True) -> registry.Resolution:
+    """Resolve and check a descriptor. ``require_components=False`` is for resolving only
+    (``cddlm lang resolve``): a valid document that declares no components is accepted, and
+    the components it does declare are still checked against the library."""
     limits = limits or Limits()
     lang = registry.get(language, version)
     request = registry.ResolveRequest(source=source, base_url=base_url,
@@ -39,12 +43,13 @@ def resolve(source, language: str, *, base_url: str | None = None, properties=No
                                       loader=Loader(import_path, allowed_prefixes), limits=limits)
     result = lang.resolve(request)
     library.check(result.deployment, max_components=limits.max_components,
-                  max_depth=limits.max_descriptor_depth)
+                  max_depth=limits.max_descriptor_depth, require_components=require_components)
     return result
 
 
 def resolve_file(path: str, *, language: str | None = None, properties=None,
-                 import_path: tuple[str, ...] = ()) -> registry.Resolution:
+                 import_path: tuple[str, ...] = (), require_components: bool = True,
+                 limits: Limits | None = None) -> registry.Resolution:
     try:
         data = pathlib.Path(path).read_bytes()
     except OSError as e:
@@ -54,8 +59,9 @@ def resolve_file(path: str, *, language: str | None = None, properties=None,
     source = data if lang.body == "xml" else data.decode("utf-8", errors="replace")
     try:
         return resolve(source, language, base_url=pathlib.Path(path).resolve().as_uri(),
-                       properties=properties, import_path=import_path)
-    except DescriptorError as e:
+                       properties=properties, import_path=import_path, limits=limits,
+                       require_components=require_components)
+    except (DescriptorError, ResolutionError) as e:
         if not e.file:
             e.file = path
         raise

@@ -18,6 +18,7 @@ class Host:
     name: str
     agent: str = "local"
     capacity: dict = field(default_factory=dict, hash=False, compare=False)
+    workdir: str | None = None   # a local host's directory (default HOSTS_DIR/NAME)
 
     @property
     def local(self) -> bool:
@@ -50,7 +51,8 @@ class Hosts:
                 if name in found:
                     raise BadArgument("host %s appears twice in the datacenter" % name)
                 found[name] = Host(name, str(node.get("agent") or "local"),
-                                   dict(node.get("capacity") or {}))
+                                   dict(node.get("capacity") or {}),
+                                   str(node["workdir"]) if node.get("workdir") else None)
                 return
             for child in node.get("children") or []:
                 visit(child, depth + 1)
@@ -63,6 +65,15 @@ class Hosts:
         if not found:
             raise BadArgument("the datacenter names no hosts (nodes with an agent or at level host)")
         return cls(found, data)
+
+    def implicit_datacenter(self, dimensions: set[str] = frozenset()) -> dict:
+        """The datacenter a portal without ``--datacenter`` stands for: its hosts at one level,
+        with no capacity limit in any dimension a descriptor mentions."""
+        resources = sorted(set(dimensions) | {"slots"})
+        unbounded = {d: 1e15 for d in resources}
+        return {"resources": resources, "levels": ["host"],
+                "location": [{"name": h.name, "level": "host", "agent": h.agent,
+                              "capacity": dict(unbounded)} for h in self.hosts.values()]}
 
     def __contains__(self, name: str) -> bool:
         return name in self.hosts

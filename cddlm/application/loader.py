@@ -13,9 +13,10 @@ import urllib.parse
 import urllib.request
 from importlib import resources
 
+from cddlm import ns
 from cddlm.errors import ResolutionError
 
-LIBRARY_PREFIX = "urn:cddlm:library:"        # urn:cddlm:library:components.cdl
+LIBRARY_PREFIX = ns.LIBRARY_PREFIX           # urn:cddlm:library:components.cdl
 MAX_IMPORT_BYTES = 16 * 1024 * 1024
 
 

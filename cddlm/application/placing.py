@@ -1,7 +1,7 @@
 """Deciding the host of each placed component before anything is enacted.
 
 Without a datacenter every component goes to the one local host (a ``host`` attribute must
-then name it). With ``--datacenter`` the portal builds a placement request from the
+then name it); a descriptor's policies are still solved, over that one host. With ``--datacenter`` the portal builds a placement request from the
 descriptor's components, groups and policies plus the capacity other applications hold, and
 asks the placement engine; no placement is a ``PlacementError`` naming the conflict.
 """
@@ -25,10 +25,19 @@ class Placer:
         self.hosts = hosts
         self.time_limit = time_limit
 
-    def place(self, deployment: Deployment, used: dict[str, dict[str, float]]) -> dict[str, dict]:
-        """{component path: {"host": ..., "provider": ...}} for every placed component."""
+    def place(self, deployment: Deployment, used: dict[str, dict[str, float]],
+              down: set[str] = frozenset()) -> tuple[dict[str, dict], dict | None]:
+        """({component path: {"host", "provider"}} for every placed component, the audit of
+        the placement's policies (None without a datacenter: there are no policies to audit))."""
+        # hosts whose agent is another portal need delegation, which this portal does not do yet
+        unusable = set(down) | {h.name for h in self.hosts.hosts.values() if not h.local}
         if self.hosts.datacenter is not None:
-            return self._solve(deployment, used)
+            return self._solve(self.hosts.datacenter, deployment, used, unusable)
+        if deployment.policies:
+            # policies still apply on the one default host: a hard anti-collocation of two
+            # components cannot hold there, and the caller must hear it
+            dims = {d for _, c in placed_paths(deployment) for d in (c.attributes.get("demand") or {})}
+            return self._solve(self.hosts.implicit_datacenter(dims), deployment, used, unusable)
         (only,) = self.hosts.names() if len(self.hosts.names()) == 1 else (None,)
         out = {}
         for path, comp in placed_paths(deployment):
@@ -37,9 +46,13 @@ class Placer:
                 raise PlacementError("component %s asks for host %r, which this portal does not "
                                      "manage (hosts: %s)" % (path, host, ", ".join(self.hosts.names())),
                                      ["host pin of %s" % path])
+            if host in down:
+                raise PlacementError("component %s needs host %s, which is marked down" % (path, host),
+                                     ["host %s is down" % host])
             out[path] = {"host": host, "provider": host}
-        return out
+        return out, None
 
-    def _solve(self, deployment: Deployment, used: dict[str, dict[str, float]]) -> dict[str, dict]:
+    def _solve(self, datacenter: dict, deployment: Deployment, used: dict[str, dict[str, float]],
+               down: set[str]) -> tuple[dict[str, dict], dict | None]:
         from cddlm.application import placement_bridge
-        return placement_bridge.solve(self.hosts.datacenter, deployment, used, self.time_limit)
+        return placement_bridge.solve(datacenter, deployment, used, down, self.time_limit)

@@ -113,6 +113,7 @@ APP_COLUMNS = [c for c in applications.c if c.name != "descriptor"]
 # SQLite's own work).
 _SELECT_APP = select(*APP_COLUMNS)
 _GET_APP = _SELECT_APP.where(applications.c.id == bindparam("app_id"))
+_LOCK_APP = _GET_APP.with_for_update()
 _APP_BY_NAME = _SELECT_APP.where(applications.c.name == bindparam("name"))
 _APP_BY_TOKEN = _SELECT_APP.where(applications.c.client_token == bindparam("token"))
 _INSERT_APP = insert(applications)
@@ -146,6 +147,15 @@ def get_app(conn: Connection, app_id: str) -> App | None:
 _APP_BY_VIEW = (select(*APP_COLUMNS, views.c.app_id.label("view_app"))
                 .select_from(views.join(applications, applications.c.id == views.c.app_id))
                 .where(views.c.id == bindparam("view")))
+
+
+def lock_app(conn: Connection, app_id: str) -> App | None:
+    """Read an application and lock its row until the transaction ends. Every write that
+    touches an application's components or work takes this lock first, so writers on
+    PostgreSQL always lock in the same order (application, work, components) and never
+    deadlock; on SQLite writers are serialised anyway."""
+    row = conn.execute(_LOCK_APP, {"app_id": app_id}).first()
+    return App.from_row(row) if row else None
 
 
 def app_by_view(conn: Connection, view_id: str) -> App | None:

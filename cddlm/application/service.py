@@ -231,20 +231,21 @@ class Service:
         deployment = result.deployment
         with self.store.read() as conn:
             used = self._used_capacity(conn)
-        placement = self.placer.place(deployment, used)
+            down = self._down_hosts(conn)
+        placement, audit = self.placer.place(deployment, used, down)
         validate_only = understood.get(opts.VALIDATE_ONLY)
         if validate_only is not None and validate_only.value:
             return
         rows = _component_rows(app_id, deployment, placement, now)
         with self.store.write() as conn:
-            app = repo.get_app(conn, app_id)
+            app = repo.lock_app(conn, app_id)
             if app is None:
                 raise ResourceUnknown("application %s does not exist" % app_id)
             lifecycle.check_operation("initialize", app.state, app.desired)
             values: dict[str, Any] = dict(
                 language=descriptor.language, descriptor=text, descriptor_digest="sha256:" + digest,
                 properties=props, options=_options_json(options), deployment=deployment.to_json(),
-                placement={"components": placement}, desired=lifecycle.INITIALIZED,
+                placement={"components": placement, "audit": audit}, desired=lifecycle.INITIALIZED,
                 generation=app.generation + 1,
                 init_token=(token.value + " " + init_key) if token else None)
             if termination_time is not None:
@@ -305,7 +306,7 @@ class Service:
     def _intent(self, app_id: str, operation: str, reason: str | None = None) -> None:
         now = self.clock()
         with self.store.write() as conn:
-            app = repo.get_app(conn, app_id)
+            app = repo.lock_app(conn, app_id)
             if app is None:
                 raise ResourceUnknown("application %s does not exist" % app_id)
             if operation == "terminate":
@@ -316,7 +317,9 @@ class Service:
             else:
                 lifecycle.check_operation(operation, app.state, app.desired)
                 info = None
-            generation = app.generation + 1
+            # run refines initialize (deploys in flight stay useful); terminate contradicts
+            # every earlier intent, so its new generation supersedes the work queued for them
+            generation = app.generation + 1 if operation == "terminate" else app.generation
             values: dict[str, Any] = {"desired": lifecycle.INTENT[operation], "generation": generation}
             if info is not None:
                 values["termination_info"] = info
@@ -324,7 +327,8 @@ class Service:
             conn.execute(components_table.update().where(components_table.c.app_id == app_id)
                          .values(desired="running" if operation == "run" else "stopped",
                                  generation=generation))
-            queue.supersede(conn, app_id, generation)
+            if generation != app.generation:
+                queue.supersede(conn, app_id, generation)
             _, added = reconcile(conn, app_id, now)
         self._after(work=added)
 
@@ -336,7 +340,7 @@ class Service:
 
     def destroy(self, app_id: str) -> None:
         with self.store.write() as conn:
-            app = repo.get_app(conn, app_id)
+            app = repo.lock_app(conn, app_id)
             if app is None:
                 raise ResourceUnknown("application %s does not exist" % app_id)
             lifecycle.check_operation("destroy", app.state, app.desired)
@@ -354,7 +358,7 @@ class Service:
     def set_termination_time(self, app_id: str, when: float | None) -> float | None:
         now = self.clock()
         with self.store.write() as conn:
-            app = repo.get_app(conn, app_id)
+            app = repo.lock_app(conn, app_id)
             if app is None:
                 raise ResourceUnknown("application %s does not exist" % app_id)
             if app.state == lifecycle.TERMINATED and when is not None:
@@ -413,7 +417,7 @@ class Service:
                     out[key] = values.value(value)
                 except ResolutionError:
                     out[key] = None
-            for name in ("pid", "host", "workdir", "port", "state", "exit_code"):
+            for name in ("pid", "host", "workdir", "port", "state", "exit_code", "location"):
                 if name not in out:
                     runtime = values.runtime(path, name)
                     if runtime is not None:
@@ -435,7 +439,10 @@ class Service:
                 conn.execute(hosts_table.insert().values(name=name, down=down, reason=reason,
                                                          updated=now))
         if down and self.engine is not None:
-            self.engine.check_all()
+            self.engine.check_all(host=name)
+
+    def _down_hosts(self, conn) -> set[str]:
+        return {r[0] for r in conn.execute(select(hosts_table.c.name).where(hosts_table.c.down))}
 
 
 def _digest(data: Any) -> str:

@@ -180,8 +180,11 @@ def _short(value: Any) -> Any:
     return text if len(text) < 60 else text[:57] + "..."
 
 
-def check(deployment: Deployment, *, max_components: int = 20_000, max_depth: int = 64) -> Deployment:
-    """Validate types, names and attributes, fill defaults, coerce values. Returns the tree."""
+def check(deployment: Deployment, *, max_components: int = 20_000, max_depth: int = 64,
+          require_components: bool = True) -> Deployment:
+    """Validate types, names and attributes, fill defaults, coerce values. Returns the tree.
+    ``require_components=False`` accepts a tree without components (resolving a document only:
+    a CDL system made of other prototypes is valid CDL, it just deploys nothing)."""
     count = 0
 
     def visit(comp: Component, path: str, depth: int) -> None:
@@ -238,7 +241,7 @@ def check(deployment: Deployment, *, max_components: int = 20_000, max_depth: in
             raise DescriptorError("duplicate component name %r" % root.name, kind="duplicate-name")
         seen_roots.add(root.name)
         visit(root, root.name, 1)
-    if count == 0:
+    if count == 0 and require_components:
         raise DescriptorError("the descriptor declares no components", kind="empty")
     _check_groups(deployment)
     return deployment

@@ -62,7 +62,7 @@ class _Native:
             elif local != "documentation":
                 raise _unexpected(el)
         reader.resolve_refs(dep)
-        return Resolution(dep, etree.tostring(root, pretty_print=True).decode(),
+        return Resolution(dep, lambda: etree.tostring(root, pretty_print=True).decode(),
                           tuple(sorted(reader.used)))
 
 

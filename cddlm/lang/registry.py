@@ -35,11 +35,23 @@ class ResolveRequest:
     limits: Limits = field(default_factory=Limits)
 
 
-@dataclass
 class Resolution:
-    deployment: Deployment
-    display: str              # what ``cddlm lang resolve`` prints (CDL: the resolved cdl:system)
-    used_properties: tuple[str, ...] = ()   # eager properties the descriptor read
+    """A resolved descriptor: its ``deployment``, the eager properties it read, and
+    ``display``, what ``cddlm lang resolve`` prints (for CDL the resolved ``cdl:system``). A
+    language may pass ``display`` as a function: it is then rendered on first read only, so
+    deploying never pays for printing."""
+
+    def __init__(self, deployment: Deployment, display: str | Callable[[], str],
+                 used_properties: tuple[str, ...] = ()):
+        self.deployment = deployment
+        self._display = display
+        self.used_properties = used_properties
+
+    @property
+    def display(self) -> str:
+        if callable(self._display):
+            self._display = self._display()
+        return self._display
 
 
 class Language(Protocol):

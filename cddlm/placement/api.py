@@ -71,6 +71,7 @@ def result_json(dc: Datacenter, req: Request, result: solver.Result) -> dict:
                              for e in result.report.soft_violations()]
     if result.bound is not None:
         out["bound"] = result.bound
+        out["bound_by"] = result.bound_by
     if result.status == "infeasible":
         out["reason"] = result.reason
         out["proven"] = result.proven

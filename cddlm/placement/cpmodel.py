@@ -64,8 +64,9 @@ class Model:
             getattr(self, "_" + pol.type.replace("-", "_"))(pol, lit)
         self._relations()
         self.network_edges()
-        self.m.Minimize(cp_model.LinearExpr.weighted_sum(self.cost_vars, self.cost_coefs)
-                        + cp_model.LinearExpr.sum(self.terms))
+        self.objective = (cp_model.LinearExpr.weighted_sum(self.cost_vars, self.cost_coefs)
+                          + cp_model.LinearExpr.sum(self.terms))
+        self.m.Minimize(self.objective)
 
     # -- helpers -------------------------------------------------------------------------------
     def _literal(self, pol):

@@ -178,17 +178,23 @@ def solve(inst: Instance, sequence: list[int] | None = None, lookahead: bool = T
     """A placement {component: provider}, or None when the pass gets stuck."""
     state = State(inst, lookahead)
     for c in (sequence if sequence is not None else orders(inst)[0]):
-        best, best_score = None, None
-        for p in inst.eligible[c]:  # cheapest first: stop once packing alone cannot win
-            base = inst.cost[c][p]
-            if best_score is not None and base >= best_score:
-                break
-            if not state.allowed(c, p):
-                continue
-            score = base + state.penalty(c, p)
-            if best_score is None or score < best_score:
-                best, best_score = p, score
+        best = cheapest(state, c)
         if best is None:
             return None
         state.place(c, best)
     return state.where
+
+
+def cheapest(state: State, c: int) -> int | None:
+    """The provider of lowest marginal cost the hard policies allow for ``c`` now, or None."""
+    best, best_score = None, None
+    for p in state.inst.eligible[c]:  # cheapest first: stop once packing alone cannot win
+        base = state.inst.cost[c][p]
+        if best_score is not None and base >= best_score:
+            break
+        if not state.allowed(c, p):
+            continue
+        score = base + state.penalty(c, p)
+        if best_score is None or score < best_score:
+            best, best_score = p, score
+    return best

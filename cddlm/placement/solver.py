@@ -1,27 +1,41 @@
 """The placement solver: always answers, within a time limit.
 
 1. Filters (``eligibility``): providers each component may use at all.
-2. Greedy pass (``greedy``): milliseconds; an answer in hand, and a hint for step 3.
-3. CP-SAT (``cpmodel``) over candidate providers per component: all of them when the model stays
+2. Greedy pass (``greedy``): milliseconds; an answer in hand, and a hint for step 4.
+3. Large requests (over LARGE_MODEL booleans): the packing relaxation (``relaxation``), with at
+   most RELAX_SHARE of the time left: a lower bound over the whole problem (every eligible
+   provider, no pruning), and placements disaggregated from its counts. A verified placement
+   whose objective reaches the bound is optimal, and the solver stops there.
+4. CP-SAT (``cpmodel``) over candidate providers per component: all of them when the model stays
    small (at most FULL_LIMIT booleans), else the K cheapest half plus a seeded sample half plus
-   the greedy choice (K = PRUNED_BUDGET / components). It improves soft violations and packing,
-   gives a bound, and proves infeasibility. The greedy answer is its hint.
-4. The verifier re-checks whatever is returned; a rejected answer is never returned as feasible.
-5. No placement: ``conflicts`` explains with a small set of hard policies.
+   the hint's choice plus the providers the relaxation's counts use for the component's class
+   (K = PRUNED_BUDGET / components). It improves soft violations and packing, gives a bound
+   when it saw every candidate, and proves infeasibility. The best answer so far is its hint,
+   and the relaxation's bound a constraint on its objective (so it stops on reaching it).
+5. The verifier re-checks whatever is returned; a rejected answer is never returned as feasible.
+6. No placement: ``conflicts`` explains with a small set of hard policies.
 
-Status: ``optimal`` only when CP-SAT proved it over the unpruned candidates; ``feasible`` for
-any other verified answer; ``infeasible`` when proven (``proven``) or when nothing was found in
-time (``proven`` false, said in ``reason``).
+``bound`` is always a lower bound on the objective of every placement of the whole problem: the
+relaxation's, or CP-SAT's when its model had every candidate, whichever is higher
+(``bound_by``). CP-SAT's bound over pruned candidates is never reported: it holds for the
+pruned model only.
+
+Status: ``optimal`` when the objective reaches that bound (CP-SAT proved it over the unpruned
+candidates, or the relaxation did); ``feasible`` for any other verified answer; ``infeasible``
+when proven (``proven``) or when nothing was found in time (``proven`` false, said in
+``reason``).
 
 Determinism: CP-SAT runs with a fixed ``random_seed``, ``num_workers`` (default 2, the
 machine's cores) and, for models up to LARGE_MODEL booleans, ``interleave_search``, which
 schedules its subsolvers in deterministic batches: a search that ends (optimal or infeasible)
 before the time limit gives the same answer on every run, ties included. Larger models use the
 plain parallel portfolio without probing (measured: interleaving and probing delayed the first
-CP-SAT solution on 1,000 x 1,000 from 3 s to 12-19 s), whose answers at the limit vary. When the wall-clock limit stops the search, how far it got depends
-on the machine's speed and load, so the answer may differ; ``deterministic=True`` measures the
-limit in CP-SAT's deterministic time instead, and then repeats exactly (but no longer tracks
-seconds precisely).
+CP-SAT solution on 1,000 x 1,000 from 3 s to 12-19 s), whose answers at the limit vary; the
+relaxation runs on one worker, so a large request it proves optimal is answered the same on
+every run. When the wall-clock limit stops a search, how far it got depends on the machine's
+speed and load, so the answer may differ; ``deterministic=True`` measures the limits in
+CP-SAT's deterministic time instead, and then repeats exactly (but no longer tracks seconds
+precisely).
 """
 
 from __future__ import annotations
@@ -31,7 +45,7 @@ from dataclasses import dataclass, field
 
 from ortools.sat.python import cp_model
 
-from cddlm.placement import conflicts, eligibility, greedy
+from cddlm.placement import conflicts, eligibility, greedy, relaxation
 from cddlm.placement.cpmodel import Model
 from cddlm.placement.datacenter import Datacenter
 from cddlm.placement.request import Request
@@ -40,7 +54,8 @@ from cddlm.placement.verifier import Report, verify
 FULL_LIMIT = 120_000
 PRUNED_BUDGET = 60_000
 MIN_K = 16
-LARGE_MODEL = 20_000  # booleans: above, favour speed (no interleaving, no probing)
+LARGE_MODEL = 20_000  # booleans: above, favour speed (no interleaving, no probing), and relax
+RELAX_SHARE = 0.5  # of the time left after the greedy pass, at most, for the relaxation
 
 
 @dataclass
@@ -52,8 +67,9 @@ class Result:
     conflicts: list[int] = field(default_factory=list)
     reason: str | None = None
     proven: bool = True
-    bound: int | None = None
-    pruned: bool = False
+    bound: int | None = None  # no placement of the whole problem has a smaller objective
+    bound_by: str | None = None  # "cp-sat" (over every candidate) or "relaxation"
+    pruned: bool = False  # CP-SAT saw pruned candidates (its own bound is then not reported)
     seconds: float = 0.0
     first_solution: float | None = None  # seconds from the start to the first verified answer
     greedy_objective: int | None = None
@@ -73,12 +89,13 @@ class _FirstSolution(cp_model.CpSolverSolutionCallback):
             self.at = self.clock()
 
 
-def candidates(inst: eligibility.Instance, seed: int, hint: dict[int, int] | None
-               ) -> tuple[list[list[int]], bool]:
+def candidates(inst: eligibility.Instance, seed: int, hint: dict[int, int] | None,
+               extra: list[list[int]] | None = None) -> tuple[list[list[int]], bool]:
     """Every eligible provider when the model stays small; else, per component, the K/2
     cheapest, a seeded sample of K/2 from the *useful* range (no dearer than the dearest
     provider the hint gave a component with the same demand and traits: moving anywhere dearer
-    cannot improve), and the hint's own choice, so the hint stays a solution."""
+    cannot improve), the hint's own choice, so the hint stays a solution, and ``extra`` (the
+    providers the relaxation's counts use for the component's class)."""
     total = sum(len(e) for e in inst.eligible)
     if total <= FULL_LIMIT:
         return inst.eligible, False
@@ -103,6 +120,8 @@ def candidates(inst: eligibility.Instance, seed: int, hint: dict[int, int] | Non
         keep += random.Random(seed * 1_000_003 + c).sample(rest, min(len(rest), k - len(keep)))
         if hint and hint.get(c) is not None and hint[c] not in keep:
             keep.append(hint[c])
+        if extra:
+            keep = list(set(keep).union(extra[c]))
         out.append(sorted(keep, key=lambda p: (inst.cost[c][p], p)))
     return out, pruned
 
@@ -137,26 +156,35 @@ def solve(dc: Datacenter, req: Request, *, clock, time_limit: float = 10.0, seed
     if not use_cp:
         return _finish(best, start, clock) if best else _infeasible(
             dc, req, used, used_bandwidth, inst, start, clock, time_limit, seed, "greedy")
-    cands, pruned = candidates(inst, seed, first if g_report else None)
-    outcome = _cp(inst, cands, first if g_report else None, clock, start, time_limit, seed,
-                  workers, deterministic)
-    status, placement, bound, found_at = outcome
+    rel, extra = None, None
+    if sum(len(e) for e in inst.eligible) > LARGE_MODEL:
+        rel, best = _relax(inst, best, checked, elapsed, time_limit, seed, deterministic)
+        if best is not None and best.report.objective <= rel_bound(rel):
+            best.status = "optimal"  # the relaxation proves nothing can cost less
+            best.bound, best.bound_by = rel.bound, "relaxation"
+            return _finish(best, start, clock)
+        if rel is not None and rel.counts:
+            extra = rel.support()
+    hint = best.placement if best else None
+    cands, pruned = candidates(inst, seed, hint, extra)
+    outcome = _cp(inst, cands, hint, clock, start, time_limit, seed, workers, deterministic,
+                  rel_bound(rel))
+    status, placement, cp_bound, found_at = outcome
+    bound, bound_by = (rel.bound, "relaxation") if rel is not None else (None, None)
+    if cp_bound is not None and not pruned and (bound is None or cp_bound > bound):
+        bound, bound_by = cp_bound, "cp-sat"  # over every candidate: the whole problem's
     if placement is not None:
         report = checked(placement)
         if report is not None and (best is None or report.objective <= best.report.objective):
-            optimal = status == cp_model.OPTIMAL and not pruned
             greedy_objective = best.greedy_objective if best else None
-            best = Result("optimal" if optimal else "feasible", placement, report,
-                          "greedy+cp-sat" if g_report else "cp-sat", bound=bound, pruned=pruned,
+            best = Result("feasible", placement, report,
+                          best.solver + "+cp-sat" if best else "cp-sat",
                           first_solution=best.first_solution if best else found_at - start,
                           greedy_objective=greedy_objective)
-        elif best is not None:
-            best.bound, best.pruned = bound, pruned
-            if status == cp_model.OPTIMAL and not pruned and report is not None:
-                best.status = "optimal"  # CP-SAT proved the greedy answer cannot be beaten
-    elif best is not None:
-        best.bound, best.pruned = bound, pruned
     if best is not None:
+        best.bound, best.bound_by, best.pruned = bound, bound_by, pruned
+        if bound is not None and best.report.objective <= bound:
+            best.status = "optimal"  # CP-SAT or the relaxation proved nothing costs less
         return _finish(best, start, clock)
     if status == cp_model.INFEASIBLE and pruned:
         status, placement, bound, found_at = _cp(inst, inst.eligible, None, clock, start,
@@ -174,10 +202,42 @@ def solve(dc: Datacenter, req: Request, *, clock, time_limit: float = 10.0, seed
     return _finish(result, start, clock)
 
 
-def _cp(inst, cands, hint, clock, start, time_limit, seed, workers, deterministic):
+def rel_bound(rel) -> float:
+    return rel.bound if rel is not None else float("-inf")
+
+
+def _relax(inst, best, checked, elapsed, time_limit, seed, deterministic):
+    """The packing relaxation (``relaxation.py``) with at most RELAX_SHARE of the time left: a
+    bound over the whole problem, and placements disaggregated from its counts, kept when they
+    beat ``best``. Returns (relaxation or None, best)."""
+    seconds = RELAX_SHARE * (time_limit - elapsed())
+    rel = relaxation.solve(inst, seconds, seed, deterministic=deterministic)
+    if rel is None or rel.value is None:
+        return rel, best
+    for sequence in greedy.orders(inst):
+        attempt = relaxation.disaggregate(inst, rel, sequence)
+        report = checked(attempt) if attempt else None
+        if report is None:
+            continue
+        if best is None or report.objective < best.report.objective:
+            best = Result("feasible", attempt, report, "relaxation",
+                          first_solution=best.first_solution if best else elapsed(),
+                          greedy_objective=best.greedy_objective if best else None)
+        if report.objective <= rel.value:
+            break  # the counts are met exactly: other orders cannot do better
+    return rel, best
+
+
+def _cp(inst, cands, hint, clock, start, time_limit, seed, workers, deterministic,
+        at_least=float("-inf")):
+    """CP-SAT over ``cands``; ``at_least``: a lower bound on the objective known to hold for
+    every placement (from the relaxation), added as a constraint so that the search stops when
+    it reaches it."""
     model = Model(inst, cands)
     if hint:
         model.hint(hint)
+    if at_least > float("-inf"):
+        model.m.Add(model.objective >= int(at_least))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = workers
     solver.parameters.random_seed = seed

@@ -133,6 +133,20 @@ class Handlers:
         m.sub(info, "undeliveredNotifications", data["undelivered"])
         return info
 
+    def set_host_state(self, req: Request) -> etree._Element:
+        ext = "{%s}" % ns.EXT
+        name = (req.body.findtext(ext + "host") or "").strip()
+        down = (req.body.findtext(ext + "down") or "").strip() in ("true", "1")
+        reason = req.body.findtext(ext + "reason")
+        self.service.mark_host(name, down, reason.strip() if reason else None)
+        host = next(h for h in self.service.dynamic_info()["hosts"] if h["name"] == name)
+        out = etree.Element(ext + "setHostStateResponse", nsmap={"ext": ns.EXT})
+        el = etree.SubElement(out, ext + "host", name=name, agent=host["agent"],
+                              down="true" if host["down"] else "false")
+        if reason and down:
+            etree.SubElement(el, ext + "reason").text = m.clean(reason)
+        return out
+
     # -- application ----------------------------------------------------------------------------
     def app(self, req: Request) -> App:
         view_id = req.path.strip("/").split("/")[0]
@@ -235,6 +249,8 @@ class Handlers:
             _q(RL, "CurrentTime"): rp.current_time,
             _q(RL, "TerminationTime"): lambda: [rp.termination_time(app.termination_time)],
             **producer_properties(topics.LIFECYCLE),
+            _q(ns.EXT, "placementAudit"): lambda: [placement_audit(app.placement.get("audit"))]
+            if app.placement and app.placement.get("audit") else [],
         })
 
     def deployment_info(self, app: App) -> etree._Element:
@@ -280,6 +296,8 @@ class Handlers:
             m.q("createRequest"): Operation(self.create, api_action("Portal", "create")),
             m.q("lookupRequest"): Operation(self.lookup, api_action("Portal", "lookup")),
             m.q("rebindRequest"): Operation(self.rebind, api_action("Portal", "rebind")),
+            _q(ns.EXT, "setHostStateRequest"): Operation(self.set_host_state,
+                                                           ns.EXT + ":Portal:setHostStateResponse"),
             **rp.operations(self.portal_properties),
         }
         app_ops = {
@@ -300,3 +318,25 @@ class Handlers:
                 topics.PORTAL, lambda req: (PORTAL_PRODUCER, None)))
             app_ops.update(self.subscriptions.producer_operations(topics.APPLICATION, self.producer))
         return Endpoint("portal", portal_ops), Endpoint("application", app_ops)
+
+
+def placement_audit(audit: dict) -> etree._Element:
+    ext = "{%s}" % ns.EXT
+    out = etree.Element(ext + "placementAudit", nsmap={"ext": ns.EXT})
+    for key in ("status", "solver", "objective"):
+        if audit.get(key) is not None:
+            out.set(key, str(audit[key]))
+    for p in audit.get("policies", []):
+        el = etree.SubElement(out, ext + "policy", index=str(p["index"]), type=str(p["type"]),
+                              hard="true" if p.get("hard", True) else "false",
+                              met="true" if p.get("met") else "false")
+        for key in ("violations", "weight", "level", "scope"):
+            if p.get(key) is not None:
+                el.set(key, str(p[key]))
+        for component, where in (p.get("members") or {}).items():
+            text = where if not isinstance(where, dict) else " ".join(
+                "%s=%s" % kv for kv in sorted(where.items()))
+            etree.SubElement(el, ext + "member", component=str(component)).text = m.clean(text)
+        for component in p.get("violated_members") or []:
+            etree.SubElement(el, ext + "violated").text = str(component)
+    return out

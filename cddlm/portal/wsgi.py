@@ -59,7 +59,7 @@ def wsdl_for(base: str, absolute_imports: bool) -> bytes:
     return etree.tostring(doc, xml_declaration=True, encoding="UTF-8")
 
 
-SCHEMAS = ("api.xsd", "rp-2.xsd", "rl-2.xsd", "b-2.xsd")
+SCHEMAS = ("api.xsd", "ext.xsd", "rp-2.xsd", "rl-2.xsd", "b-2.xsd")
 
 
 def build(endpoints: dict[str, Endpoint], limits: Limits, portal_url: Callable[[], str]) -> "Router":

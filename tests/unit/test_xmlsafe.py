@@ -24,10 +24,10 @@ def test_size_and_depth_limits_are_quick():
     with pytest.raises(xmlsafe.UnsafeXml):
         xmlsafe.parse(b"<a>" + b"x" * 100 + b"</a>", max_bytes=50)
     deep = b"<a>" * 5000 + b"</a>" * 5000
-    started = time.monotonic()
+    started = time.process_time()
     with pytest.raises(xmlsafe.UnsafeXml):
         xmlsafe.parse(deep, max_depth=256)
-    assert time.monotonic() - started < 1
+    assert time.process_time() - started < 1
 
 
 def test_not_well_formed_has_a_line():

@@ -35,7 +35,14 @@ from cddlm.errors import CddlmError, StoreUnavailable
 from cddlm.lang.model import Deployment
 
 log = logging.getLogger(__name__)
-HEARTBEAT = 5.0
+
+
+WAIT_FOR_VALUE_STEP = 0.25      # seconds between tries of a lazy reference not yet resolvable
+WAIT_FOR_VALUE_ATTEMPTS = 120   # about 30 s, then the component fails naming the reference
+
+
+class Superseded(Exception):
+    """The application moved to a newer intent while this item was in hand."""
 
 
 class Engine:
@@ -47,7 +54,7 @@ class Engine:
         self.clock = clock
         self.url = url
         self.id = uuid.uuid4().hex
-        self.runners = {h.name: LocalRunner(h.name, os.path.join(settings.state_dir, "hosts", h.name))
+        self.runners = {h.name: LocalRunner(h.name, h.workdir or os.path.join(settings.hosts_root, h.name))
                         for h in hosts.hosts.values() if h.local}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -61,7 +68,8 @@ class Engine:
     def start(self) -> None:
         now = self.clock()
         with self.store.write() as conn:
-            queue.release_dead(conn, now, 3 * HEARTBEAT, self.store.is_sqlite, self.id)
+            queue.release_dead(conn, now, 3 * self.settings.heartbeat_seconds, self.store.is_sqlite,
+                               self.id)
             queue.register_engine(conn, self.id, self.url, now)
         self.watcher = ExitWatcher(self._on_exit)
         self._readopt()
@@ -121,10 +129,11 @@ class Engine:
         return HostValues(app, self.tree(app), {c.path: c for c in comps}, comp.host or "",
                           comp.path, workdir)
 
-    def _target(self, app: repo.App, comps: list[repo.Component], comp: repo.Component) -> Target:
+    def _target(self, app: repo.App, comps: list[repo.Component], comp: repo.Component,
+                lenient: bool = False) -> Target:
         node = self.tree(app).find(comp.path)
         hv = self.values(app, comps, comp)
-        attrs = hv.attributes(node) if node is not None else {}
+        attrs = hv.attributes(node, lenient) if node is not None else {}
         return Target(app.id, comp.path, comp.type, attrs, comp.host or "", values=hv.property)
 
     # -- the work loop ------------------------------------------------------------------------
@@ -146,6 +155,8 @@ class Engine:
             for item in items:
                 try:
                     self._perform(item)
+                except Superseded:
+                    self._drop(item)
                 except Lost:
                     log.info("lost the lease of %s %s/%s", item.action, item.app_id, item.path)
                 except StoreUnavailable as e:
@@ -154,11 +165,20 @@ class Engine:
                     log.exception("work item %s failed unexpectedly", item)
                     self._give_up(item)
 
+    def _drop(self, item: queue.Item) -> None:
+        """Forget a superseded item and let the newer intent plan the next work."""
+        with self.store.write() as conn:
+            repo.lock_app(conn, item.app_id)
+            queue.finish(conn, item.id)
+            _, added = reconcile(conn, item.app_id, self.clock())
+        self._after(added)
+
     def _give_up(self, item: queue.Item) -> None:
         """An unexpected error: retry later with back-off; after 5 attempts fail the component."""
         now = self.clock()
         try:
             with self.store.write() as conn:
+                repo.lock_app(conn, item.app_id)
                 if item.attempts >= 5:
                     comp = repo.get_component(conn, item.app_id, item.path)
                     if comp is not None and comp.observed in states.LIVE:
@@ -199,10 +219,7 @@ class Engine:
                 queue.finish(conn, item.id)
             return
         if item.generation < app.generation and item.action != "stop":
-            with self.store.write() as conn:
-                queue.finish(conn, item.id)
-                _, added = reconcile(conn, app.id, self.clock())
-            self._after(added)
+            self._drop(item)
             return
         runner = self.runners.get(comp.host or "")
         keep = self._keep_lease(item)
@@ -211,8 +228,17 @@ class Engine:
                 "failed", down or "host %s has no local agent" % comp.host)
         else:
             try:
-                target = self._target(app, comps, comp)
+                # processes resolve their peers' runtime values when they start, not at deploy
+                lenient = item.action == "stop" or (item.action == "deploy" and comp.type != "file")
+                target = self._target(app, comps, comp, lenient)
             except CddlmError as e:
+                if getattr(e, "kind", "") == "unresolved-reference" and item.action != "stop" \
+                        and item.attempts < WAIT_FOR_VALUE_ATTEMPTS:
+                    # a lazy reference to a runtime value another component has not produced
+                    # yet (its pid, its port): ask again shortly instead of failing
+                    with self.store.write() as conn:
+                        queue.retry_later(conn, item.id, self.id, self.clock() + WAIT_FOR_VALUE_STEP)
+                    return
                 target, outcome = None, Outcome("stopped" if item.action == "stop" else "failed",
                                                 "cannot resolve attributes: %s" % e)
             if target is not None:
@@ -236,8 +262,11 @@ class Engine:
         """Record an action's intent before doing it, so a crash or a concurrent liveness
         check reads it right (starting: adopt, do not start twice; stopping: not a failure)."""
         with self.store.write() as conn:
+            app = repo.lock_app(conn, item.app_id)
             if not queue.extend(conn, item.id, self.id, self.clock() + self.settings.lease_seconds):
                 raise Lost("lease lost")
+            if app is None or (item.action != "stop" and app.generation > item.generation):
+                raise Superseded()   # a newer intent: this item's next step is not taken
             repo.update_component(conn, item.app_id, comp.path, observed=observed,
                                   updated=self.clock())
         comp.observed = observed
@@ -245,11 +274,11 @@ class Engine:
     def _record(self, item: queue.Item, comp: repo.Component, outcome: Outcome) -> None:
         now = self.clock()
         with self.store.write() as conn:
+            app = repo.lock_app(conn, item.app_id)
             if not queue.extend(conn, item.id, self.id, now + self.settings.lease_seconds):
                 raise Lost("lease lost before recording")
             queue.finish(conn, item.id)
             current = repo.get_component(conn, item.app_id, item.path)
-            app = repo.get_app(conn, item.app_id)
             if current is not None and app is not None:
                 self._apply(conn, app, current, outcome, now)
             before = app.event_seq if app else 0
@@ -335,8 +364,8 @@ class Engine:
         if outcome is not None:
             now = self.clock()
             with self.store.write() as conn:
+                app2 = repo.lock_app(conn, app_id)
                 current = repo.get_component(conn, app_id, path)
-                app2 = repo.get_app(conn, app_id)
                 if current is None or app2 is None or current.observed != comp.observed \
                         or current.pid != comp.pid:
                     return _health(comp, None)
@@ -351,13 +380,15 @@ class Engine:
             paths = [c.path for c in repo.get_components(conn, app_id)]
         return [h for h in (self.check_component(app_id, p) for p in paths) if h is not None]
 
-    def check_all(self) -> None:
-        """The scheduled liveness pass over every running component on this portal's hosts."""
+    def check_all(self, host: str | None = None) -> None:
+        """The scheduled liveness pass over every running component (of one host if given)."""
         from sqlalchemy import select
+        query = select(components.c.app_id, components.c.path).where(
+            components.c.observed == states.RUNNING, components.c.type.not_in(list(states.CONTAINERS)))
+        if host is not None:
+            query = query.where(components.c.host == host)
         with self.store.read() as conn:
-            rows = conn.execute(select(components.c.app_id, components.c.path)
-                                .where(components.c.observed == states.RUNNING,
-                                       components.c.type.not_in(list(states.CONTAINERS)))).all()
+            rows = conn.execute(query).all()
         for app_id, path in rows:
             if self._stop.is_set():
                 return
@@ -382,13 +413,14 @@ class Engine:
                 self.check_component(app_id, path)
 
     def _heartbeat_loop(self) -> None:
-        while not self._stop.wait(HEARTBEAT):
+        beat = self.settings.heartbeat_seconds
+        while not self._stop.wait(beat):
             try:
                 now = self.clock()
                 with self.store.write() as conn:
                     queue.heartbeat(conn, self.id, now)
                     if not self.store.is_sqlite:
-                        if queue.release_dead(conn, now, 3 * HEARTBEAT, False, self.id):
+                        if queue.release_dead(conn, now, 3 * beat, False, self.id):
                             self._wake.set()
             except StoreUnavailable as e:
                 log.warning("heartbeat failed: %s", e)

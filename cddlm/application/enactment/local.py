@@ -150,7 +150,7 @@ class LocalRunner:
             os.replace(tmp, full)
         except OSError as e:
             return Outcome("failed", "cannot write %s: %s" % (full, e.strerror), runtime=runtime)
-        runtime["path"] = full
+        runtime["location"] = full
         return Outcome("deployed", runtime=runtime)
 
     # -- start -------------------------------------------------------------------------------
@@ -162,7 +162,7 @@ class LocalRunner:
             full = self._file_path(t)
             if full is None or not os.path.exists(full):
                 return Outcome("failed", "file %s is missing" % t.attributes.get("path"))
-            return Outcome("running", runtime={"path": full, "host": self.host})
+            return Outcome("running", runtime={"location": full, "host": self.host})
         if t.type == "probe":
             deadline = time.monotonic() + max(5.0, 5 * float(t.attributes.get("timeout") or 2))
             while True:

@@ -26,7 +26,7 @@ def failure_info(comp: repo.Component) -> dict:
 
 def reconcile(conn: Connection, app_id: str, now: float) -> tuple[repo.App | None, bool]:
     """Returns the application after this step and whether new work was queued."""
-    app = repo.get_app(conn, app_id)
+    app = repo.lock_app(conn, app_id)
     if app is None or app.state == lifecycle.TERMINATED:
         return app, False
     comps = repo.get_components(conn, app_id)

@@ -12,7 +12,7 @@ from cddlm.errors import ResolutionError
 from cddlm.lang.model import Component as Node, Deployment, Lazy
 
 RUNTIME_NAMES = ("pid", "host", "workdir", "port", "ports", "state", "exit_code", "exit_signal",
-                 "restarts", "path", "executable")
+                 "restarts", "location", "executable")
 
 
 class HostValues:
@@ -99,5 +99,15 @@ class HostValues:
             return {k: self.value(x, seen) for k, x in v.items()}
         return v
 
-    def attributes(self, node: Node) -> dict[str, Any]:
-        return {k: self.value(v) for k, v in node.attributes.items()}
+    def attributes(self, node: Node, lenient: bool = False) -> dict[str, Any]:
+        """Every attribute resolved; ``lenient`` leaves a runtime value that does not exist yet
+        as None (deploying a process needs its executable, not its peers' pids)."""
+        out = {}
+        for k, v in node.attributes.items():
+            try:
+                out[k] = self.value(v)
+            except ResolutionError as e:
+                if not (lenient and e.kind == "unresolved-reference"):
+                    raise
+                out[k] = None
+        return out

@@ -1,0 +1,159 @@
+"""A portal with a datacenter of several local hosts: placement before enactment, each host
+its own directory, the placement audit, capacity held and released, hosts marked down."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+import yaml
+from lxml import etree
+
+from cddlm import ns, xmlsafe
+from cddlm.application.service import DescriptorInput
+from cddlm.errors import PlacementError
+from tests.conftest import WsgiClient, make_portal, _terminate_all
+from tests.schemas import validate_envelope
+
+DATACENTER = {
+    "resources": ["cpu"],
+    "levels": ["rack", "host"],
+    "location": [
+        {"name": "rack1", "level": "rack", "children": [
+            {"name": "h1", "level": "host", "agent": "local", "capacity": {"cpu": 2}},
+            {"name": "h2", "level": "host", "agent": "local", "capacity": {"cpu": 2}}]},
+        {"name": "rack2", "level": "rack", "children": [
+            {"name": "h3", "level": "host", "agent": "local", "capacity": {"cpu": 2}}]},
+    ],
+}
+
+
+def descriptor(n: int, cpu: int = 1, policy: str = "", hard: bool = True) -> DescriptorInput:
+    comps = "".join(
+        '<component name="w%d" type="process"><attribute name="argv"><item>sleep</item>'
+        '<item>300</item></attribute><attribute name="demand"><item name="cpu">%d</item>'
+        '</attribute></component>' % (i, cpu) for i in range(n))
+    members = "".join("<member>w%d</member>" % i for i in range(n))
+    body = ('<application xmlns="urn:cddlm:lang:components:1">%s<group name="all">%s</group>%s'
+            '</application>' % (comps, members, policy))
+    return DescriptorInput(ns.NATIVE, body=xmlsafe.parse(body.encode()))
+
+
+@pytest.fixture
+def dc_portal(tmp_path):
+    path = tmp_path / "dc.yaml"
+    path.write_text(yaml.safe_dump(DATACENTER))
+    p = make_portal(tmp_path, datacenter_file=str(path))
+    yield p
+    _terminate_all(p)
+    p.stop()
+
+
+def wait(service, app_id, state, timeout=15.0):
+    deadline = time.monotonic() + timeout
+    while service.get(app_id).state != state:
+        assert time.monotonic() < deadline, service.get(app_id).state
+        time.sleep(0.05)
+
+
+def test_anti_collocation_spreads_over_hosts_each_with_its_own_directory(dc_portal):
+    svc = dc_portal.service
+    app, _ = svc.create("spread", None, [], dc_portal.url)
+    svc.initialize(app.id, descriptor(3, policy='<policy type="anti-collocation" level="host" group="all"/>'),
+                   [], [])
+    svc.run(app.id)
+    wait(svc, app.id, "running")
+    placement = svc.get(app.id).placement["components"]
+    hosts = {p["host"] for p in placement.values()}
+    assert hosts == {"h1", "h2", "h3"}
+    for path, where in placement.items():
+        workdir = svc.resolve(app.id, path)["workdir"]
+        assert os.path.join("hosts", where["host"], "apps") in workdir and os.path.isdir(workdir)
+    audit = svc.get(app.id).placement["audit"]
+    policy = audit["policies"][0]
+    assert policy["met"] is True and sorted(policy["members"].values()) == ["h1", "h2", "h3"]
+
+
+def test_audit_property_and_soft_violation_over_soap(dc_portal):
+    svc = dc_portal.service
+    app, view = svc.create("soft", None, [], dc_portal.url)
+    # four components, three hosts: soft anti-collocation cannot hold for every pair
+    svc.initialize(app.id, descriptor(4, policy='<policy type="anti-collocation" level="host" '
+                                                'group="all" hard="false" weight="1"/>'), [], [])
+    client = WsgiClient(dc_portal.wsgi)
+    body = ('<soapenv:Envelope xmlns:soapenv="%s" xmlns:wsrf-rp="%s" xmlns:ext="%s"><soapenv:Body>'
+            '<wsrf-rp:GetResourceProperty>ext:placementAudit</wsrf-rp:GetResourceProperty>'
+            '</soapenv:Body></soapenv:Envelope>' % (ns.SOAP11_ENV, ns.WSRF_RP, ns.EXT))
+    status, data = client.post("/cddlm/applications/" + view.id, body.encode())
+    assert status == 200 and not validate_envelope(data, None)
+    audit = etree.fromstring(data).find(".//{%s}placementAudit" % ns.EXT)
+    policy = audit.find("{%s}policy" % ns.EXT)
+    assert policy.get("met") == "false" and policy.get("hard") == "false"
+    assert len(policy.findall("{%s}member" % ns.EXT)) == 4
+
+
+def test_infeasible_placement_is_a_fault_and_enacts_nothing(dc_portal):
+    svc = dc_portal.service
+    app, _ = svc.create("too-big", None, [], dc_portal.url)
+    with pytest.raises(PlacementError) as e:
+        svc.initialize(app.id, descriptor(4, policy='<policy type="anti-collocation" level="host" group="all"/>'),
+                       [], [])
+    assert e.value.conflicts and "anti-collocation" in e.value.conflicts[0]
+    after = svc.get(app.id)
+    assert after.state == "instantiated" and after.deployment is None
+    assert not os.path.exists(os.path.join(dc_portal.settings.hosts_root, "h1", "apps"))
+
+
+def test_capacity_is_held_until_termination(dc_portal):
+    svc = dc_portal.service
+    first, _ = svc.create("first", None, [], dc_portal.url)
+    svc.initialize(first.id, descriptor(3, cpu=2), [], [])    # fills all three hosts
+    second, _ = svc.create("second", None, [], dc_portal.url)
+    with pytest.raises(PlacementError):
+        svc.initialize(second.id, descriptor(1, cpu=1), [], [])
+    svc.terminate(first.id)
+    wait(svc, first.id, "terminated")
+    svc.initialize(second.id, descriptor(1, cpu=1), [], [])
+    assert svc.get(second.id).desired == "initialized"
+
+
+def test_a_host_marked_down_fails_its_components_and_is_avoided(dc_portal):
+    svc = dc_portal.service
+    app, _ = svc.create("victim", None, [], dc_portal.url)
+    svc.initialize(app.id, descriptor(3, policy='<policy type="anti-collocation" level="host" group="all"/>'),
+                   [], [])
+    svc.run(app.id)
+    wait(svc, app.id, "running")
+    svc.mark_host("h2", True, "maintenance")
+    wait(svc, app.id, "failed")
+    info = svc.get(app.id).termination_info
+    assert "host h2 is down" in info["reason"] and "maintenance" in info["reason"]
+    assert {h["name"]: h["down"] for h in svc.dynamic_info()["hosts"]}["h2"] is True
+    other, _ = svc.create("elsewhere", None, [], dc_portal.url)
+    svc.initialize(other.id, descriptor(2), [], [])
+    assert {p["host"] for p in svc.get(other.id).placement["components"].values()} <= {"h1", "h3"}
+    svc.mark_host("h2", False)
+    assert {h["name"]: h["down"] for h in svc.dynamic_info()["hosts"]}["h2"] is False
+
+
+def test_host_and_audit_commands(live_portal, tmp_path):
+    from tests.test_cli import cddlm
+    dc = tmp_path / "dc.yaml"
+    dc.write_text(yaml.safe_dump(DATACENTER))
+    lp = live_portal(extra=["--datacenter", str(dc)])
+    spread = tmp_path / "spread.xml"
+    spread.write_bytes(etree.tostring(descriptor(2, policy='<policy type="anti-collocation" '
+                                                           'level="rack" group="all"/>').body))
+    cddlm("deploy", str(spread), "--name", "spread", portal=lp.url)
+    out = cddlm("audit", "spread", portal=lp.url).stdout
+    assert "anti-collocation at rack: met" in out and "rack1" in out and "rack2" in out
+    out = cddlm("host", "ls", portal=lp.url).stdout
+    assert all(h in out for h in ("h1", "h2", "h3")) and "DOWN" not in out
+    cddlm("host", "down", "h3", "--reason", "disk", portal=lp.url)
+    assert "h3" in cddlm("host", "ls", portal=lp.url).stdout.split("DOWN")[0].splitlines()[-1]
+    assert "failed" in cddlm("status", "spread", portal=lp.url).stdout
+    r = cddlm("host", "down", "nowhere", portal=lp.url, check=False)
+    assert r.returncode == 1 and "unknown host" in r.stderr
+    cddlm("host", "up", "h3", portal=lp.url)
+    cddlm("terminate", "spread", portal=lp.url)
