@@ -218,11 +218,14 @@ class Delivery:
         prune = now >= self._next_prune
         with self.store.single() as conn:
             expirable = outbox.expirable(conn, now)
-        if not (expirable or prune):
+            unwanted = outbox.unwanted(conn, now)
+        if not (expirable or unwanted or prune):
             return
         with self.store.write() as conn:
             if expirable:
                 outbox.expire(conn, now)
+            if unwanted:
+                outbox.mark_unwanted(conn, now)
             if prune:
                 self._next_prune = now + PRUNE_INTERVAL
                 outbox.prune_events(conn, now, self.settings.event_retention_seconds)

@@ -222,13 +222,33 @@ def release(conn: Connection, owner: str) -> None:
 
 
 # -- looking and cleaning -----------------------------------------------------------------------
+_SUBSCRIBED = exists().where(_MATCHES)                      # some subscription is owed it
+
+
 def pending(conn: Connection, now: float) -> tuple[bool, float | None]:
-    """Whether events wait for fan-out, and when the next claimable subscription is due."""
-    unfanned = conn.execute(select(e.id).where(_UNFANNED).limit(1)).first() is not None
+    """Whether events some subscription may want wait for fan-out, and when the next
+    claimable subscription is due (reads only: most events have no subscriber, and an idle
+    dispatcher should not take the write lock the engine needs)."""
+    wanted = conn.execute(select(e.id).where(_UNFANNED, _SUBSCRIBED).limit(1), {"now": now}).first()
     due = conn.execute(select(func.min(s.due)).where(
         s.due.is_not(None), s.paused.is_(False), s.status.in_(LIVE),
         or_(s.owner.is_(None), s.lease_expires < now))).scalar()
-    return unfanned, due
+    return wanted is not None, due
+
+
+def unwanted(conn: Connection, now: float) -> bool:
+    """Whether events nobody is subscribed to wait to be marked fanned out."""
+    return conn.execute(select(e.id).where(_UNFANNED, ~_SUBSCRIBED).limit(1), {"now": now}).first() \
+        is not None
+
+
+def mark_unwanted(conn: Connection, now: float) -> int:
+    """Mark fanned out the events no live subscription matches, in bulk (the maintenance
+    pass), instead of a write per event. No gap can follow: a subscription that starts after
+    an event's sequence committed before that event did, so it is visible wherever the event
+    is; and an ApplicationCreated event older than a portal subscription is not owed to it."""
+    return conn.execute(update(events).where(_UNFANNED, ~_SUBSCRIBED).values(fanned_out=True),
+                        {"now": now}).rowcount
 
 
 def expirable(conn: Connection, now: float) -> bool:

@@ -14,7 +14,8 @@ from typing import Any
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
-from cddlm.application.tables import applications, deliveries, events, subscriptions
+from cddlm.application import repository as repo
+from cddlm.application.tables import deliveries, events, subscriptions
 from cddlm.notify.parse import SubscribeRequest
 
 ACTIVE, FAILED, ENDED = "active", "failed", "ended"
@@ -98,8 +99,8 @@ def remove(conn: Connection, sub_id: str) -> int:
 def lock_sequence(conn: Connection, app_id: str) -> int | None:
     """The application's last event sequence, with its row locked until commit, so no state
     change commits between reading it and the subscription that starts after it."""
-    return conn.execute(select(applications.c.event_seq).where(applications.c.id == app_id)
-                        .with_for_update()).scalar()
+    app = repo.lock_app(conn, app_id)
+    return app.event_seq if app is not None else None
 
 
 def producer_gone(conn: Connection, app_id: str) -> None:

@@ -273,3 +273,19 @@ def test_only_one_portal_fans_out_at_a_time(pg_store):
         assert outbox.fan_out(first, 10.0, 1000, True, matcher) == 2
         with store.write() as second:
             assert outbox.fan_out(second, 10.0, 1000, True, matcher) == 0
+
+
+def test_events_nobody_wants_are_marked_in_bulk_without_fan_out(store):
+    lonely, _ = new_app(store)
+    watched, view = new_app(store)
+    subscribe(store, watched, view, 1.5)
+    advance(store, watched, "initialized", 2.0)
+    with store.read() as conn:
+        assert outbox.pending(conn, 10.0)[0] is True and outbox.unwanted(conn, 10.0) is True
+    with store.write() as conn:
+        assert outbox.mark_unwanted(conn, 10.0) == 2           # lonely's and watched's first event
+    with store.read() as conn:
+        assert outbox.unwanted(conn, 10.0) is False and outbox.pending(conn, 10.0)[0] is True
+    assert fan_out(store) == 1                                   # only the wanted one is left
+    with store.read() as conn:
+        assert outbox.pending(conn, 10.0)[0] is False
