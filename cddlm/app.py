@@ -19,8 +19,11 @@ from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
 from cddlm.application.store import Store
 from cddlm.config import Settings
+from cddlm.notify.delivery import Delivery
+from cddlm.notify.subscriptions import Subscriptions
 from cddlm.portal import wsgi
 from cddlm.portal.handlers import Handlers
+from cddlm.portal.subscriptions import SubscriptionHandlers
 
 log = logging.getLogger(__name__)
 # Spyne logs every fault a handler raises, with a traceback: a caller's mistake is not the
@@ -50,23 +53,22 @@ class Portal:
         self.hosts = load_hosts(settings)
         self.engine = Engine(self.store, settings, self.hosts, clock=clock, url=self.url)
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)
-        self.notify = self._notifications()
-        self.handlers = Handlers(self.service, time.time(), self.notify)
+        # notifications: the use cases, the delivery workers, and who wakes them
+        self.subscriptions = Subscriptions(self.store, settings, clock=clock)
+        self.delivery = Delivery(self.store, settings, self.engine.id, clock=clock)
+        self.service.subscriptions = self.subscriptions
+        self.service.on_events.append(self.delivery.wake)
+        self.engine.on_events.append(self.delivery.wake)
+        self.subscriptions.on_change.append(self.delivery.wake)
+        notify = SubscriptionHandlers(self.subscriptions)
+        self.handlers = Handlers(self.service, time.time(), notify)
         portal_ep, app_ep = self.handlers.endpoints()
-        endpoints = {"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep}
-        if self.notify is not None:
-            endpoints["/cddlm/subscriptions"] = self.notify.manager_endpoint()
-        self.wsgi = wsgi.build(endpoints, settings.limits, self.portal_url)
+        self.wsgi = wsgi.build({"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep,
+                                "/cddlm/subscriptions": notify.manager_endpoint()},
+                               settings.limits, self.portal_url)
         self.scheduler = None
         self.server = None
         self._stopped = threading.Event()
-
-    def _notifications(self):
-        try:
-            from cddlm.notify.wiring import Notifications
-        except ImportError:
-            return None
-        return Notifications(self.store, self.settings, self.service, self.engine, self.portal_url)
 
     def portal_url(self) -> str:
         return self.url
@@ -78,15 +80,12 @@ class Portal:
     def start(self) -> None:
         from apscheduler.schedulers.background import BackgroundScheduler
         self.engine.start()
-        if self.notify is not None:
-            self.notify.start()
+        self.delivery.start()
         self.scheduler = BackgroundScheduler(daemon=True)
         self.scheduler.add_job(self.engine.check_all, "interval", seconds=self.settings.liveness_interval,
                                id="liveness", max_instances=1, coalesce=True)
         self.scheduler.add_job(self.service.expire, "interval", seconds=1.0, id="termination-time",
                                max_instances=1, coalesce=True)
-        if self.notify is not None:
-            self.notify.schedule(self.scheduler)
         self.scheduler.start()
 
     def stop(self) -> None:
@@ -99,8 +98,7 @@ class Portal:
             self.server.close()
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
-        if self.notify is not None:
-            self.notify.stop()
+        self.delivery.stop()
         self.engine.stop()
         self.store.dispose()
 

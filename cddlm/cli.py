@@ -44,6 +44,8 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
                         import_path=tuple(args.import_path or ()), hosts_dir=args.hosts_dir,
                         engine_workers=args.workers, lease_seconds=args.lease_seconds,
                         heartbeat_seconds=args.heartbeat, liveness_interval=args.liveness_interval)
+    if args.consumer_network:
+        settings = settings.replace(consumer_networks=tuple(args.consumer_network))
     portal = Portal(settings)
 
     def stop(signum, frame):
@@ -259,6 +261,42 @@ def cmd_destroy(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_watch(args: argparse.Namespace) -> int:
+    import signal
+    from cddlm.client import Listener
+    from cddlm.follow import Follower
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    # Ctrl-C and SIGTERM end the watch (and its subscriptions), even when started in background
+    signal.signal(signal.SIGINT, interrupt)
+    signal.signal(signal.SIGTERM, interrupt)
+    host, _, port = (args.listen or "127.0.0.1:0").rpartition(":")
+    if not host or not port.isdigit():
+        raise SystemExit(_usage("--listen expects HOST:PORT, got %r" % args.listen))
+    portal = _portal(args)
+    with Listener(host.strip("[]"), int(port), base_url=args.callback) as listener:
+        follower = Follower(portal, listener, sys.stdout)
+        try:
+            if args.app:
+                app = portal.lookup(args.app)
+                follower.follow(app)
+                print("watching %s until it terminates (Ctrl-C stops)" % args.app, file=sys.stderr,
+                      flush=True)
+                follower.run(until_terminated=app.id)
+            else:
+                follower.follow_portal()
+                print("watching every application on %s (Ctrl-C stops)" % portal.url, file=sys.stderr,
+                      flush=True)
+                follower.run()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            follower.close()
+    return 0
+
+
 def cmd_host(args: argparse.Namespace) -> int:
     portal = _portal(args)
     if args.host_command == "ls":
@@ -336,6 +374,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--public-url", metavar="URL", help="base URL to put in EPRs (behind a proxy)")
     sv.add_argument("--import-path", action="append", metavar="DIR",
                     help="folder searched for classpath:/ descriptor imports (repeatable)")
+    sv.add_argument("--consumer-network", action="append", metavar="CIDR",
+                    help="a network notification consumers may be in (repeatable; default: "
+                         "loopback and the private ranges)")
     sv.add_argument("--hosts-dir", metavar="DIR",
                     help="directory of the local hosts (default STATE/hosts; portals that share a "
                          "database must share it)")
@@ -384,6 +425,14 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--timeout", type=float, default=60.0, metavar="S")
     x.set_defaults(func=cmd_destroy)
 
+    w = client_parser("watch", "print lifecycle events as they arrive (Ctrl-C stops)", False)
+    w.add_argument("app", metavar="APP", nargs="?",
+                   help="one application (until it terminates); default: every application")
+    w.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:0",
+                   help="where to receive notifications (default 127.0.0.1, a free port)")
+    w.add_argument("--callback", metavar="URL",
+                   help="the URL the portal should post to, when it is not http://HOST:PORT")
+    w.set_defaults(func=cmd_watch)
     h = sub.add_parser("host", help="hosts of a portal").add_subparsers(dest="host_command",
                                                                      required=True)
     for name, text in (("ls", "list hosts: agent, up or down, free capacity"),

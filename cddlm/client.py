@@ -9,8 +9,17 @@
     app.terminate("done"); app.wait_for("terminated"); app.destroy()
 
 Typed operations go through zeep; resource properties are read as raw XML (zeep turns the
-``any`` content of WS-RP responses into a mix of objects and elements). A fault from the
-portal is raised as ``PortalFault`` with the fault element's name and text.
+``any`` content of WS-RP responses into a mix of objects and elements), and WS-Notification
+requests are built with lxml (zeep cannot send a topic expression's mixed content). A fault
+from the portal is raised as ``PortalFault`` with the fault element's name and text.
+
+Notifications arrive at a ``Listener`` (``cddlm.listener``, re-exported here):
+
+    with Listener() as listener:
+        sub = app.subscribe(listener.url("web"))      # or portal.subscribe(...): creations
+        for event in iter(lambda: listener.get(timeout=60), None):
+            print(event.state, event.sequence)
+        sub.unsubscribe()
 """
 
 from __future__ import annotations
@@ -24,13 +33,17 @@ import zeep
 from lxml import etree
 from zeep.transports import Transport
 
-from cddlm import ns
+from cddlm import ns, xmlsafe
 from cddlm.errors import ClientError
+from cddlm.listener import Event, Listener  # noqa: F401  (the notification consumer)
+from cddlm.notify.topics import topic_element
 
 A = "{%s}" % ns.API
 APP_BINDING = "{%s}ApplicationBinding" % ns.API_WSDL
 PORTAL_BINDING = "{%s}PortalBinding" % ns.API_WSDL
 FINAL = {"terminated"}
+WSNT = "{%s}" % ns.WSNT
+LIFECYCLE, CREATED = ns.LIFECYCLE_TOPIC, ns.CREATED_TOPIC
 
 
 class PortalFault(ClientError):
@@ -154,14 +167,12 @@ class Portal:
         return out
 
     def set_host_state(self, host: str, down: bool, reason: str | None = None) -> etree._Element:
-        env = etree.Element("{%s}Envelope" % ns.SOAP11_ENV, nsmap={"soapenv": ns.SOAP11_ENV})
-        body = etree.SubElement(env, "{%s}Body" % ns.SOAP11_ENV)
-        req = etree.SubElement(body, "{%s}setHostStateRequest" % ns.EXT, nsmap={"ext": ns.EXT})
+        req = etree.Element("{%s}setHostStateRequest" % ns.EXT, nsmap={"ext": ns.EXT})
         etree.SubElement(req, "{%s}host" % ns.EXT).text = host
         etree.SubElement(req, "{%s}down" % ns.EXT).text = "true" if down else "false"
         if reason:
             etree.SubElement(req, "{%s}reason" % ns.EXT).text = reason
-        return _post(self, self.url, env)[0][0]
+        return _post(self, self.url, req)[0]
 
     def hosts(self) -> list[dict]:
         (info,) = self.property("dynamicInfo")
@@ -172,18 +183,40 @@ class Portal:
     def static_info(self) -> etree._Element:
         return self.property("staticInfo")[0]
 
+    def subscribe(self, consumer: str, *, termination: str | None = "PT1H",
+                  message_filter: str | None = None) -> "Subscription":
+        """Subscribe ``consumer`` (a URL) to every application created from now on."""
+        return _subscribe(self, self.url, [], consumer, CREATED, termination, message_filter)
 
-def _post(portal: Portal, address: str, envelope: etree._Element) -> etree._Element:
-    """POST a raw envelope; return the Body, raising ``PortalFault`` for a fault."""
+    def current_message(self) -> etree._Element:
+        """The newest api:applicationCreatedEvent (``NoCurrentMessageOnTopicFault`` if none)."""
+        return _current_message(self, self.url, [], CREATED)
+
+
+def _post(portal: Portal, address: str, body: etree._Element,
+          headers: Iterable[etree._Element] = ()) -> etree._Element:
+    """POST ``body`` in an envelope with ``headers``; return the response's body element,
+    raising ``PortalFault`` for a fault."""
+    env = etree.Element("{%s}Envelope" % ns.SOAP11_ENV, nsmap={"soapenv": ns.SOAP11_ENV, "wsa": ns.WSA})
+    header = etree.SubElement(env, "{%s}Header" % ns.SOAP11_ENV)
+    for h in headers:
+        header.append(etree.fromstring(etree.tostring(h)))
+    etree.SubElement(env, "{%s}Body" % ns.SOAP11_ENV).append(body)
     try:
-        response = portal.session.post(address, data=etree.tostring(envelope),
+        response = portal.session.post(address, data=etree.tostring(env),
                                        headers={"Content-Type": "text/xml; charset=utf-8"},
                                        timeout=portal.transport.operation_timeout)
     except (requests.RequestException, OSError) as e:
         raise Unreachable("cannot reach %s: %s" % (address, e)) from None
-    body = etree.fromstring(response.content).find("{%s}Body" % ns.SOAP11_ENV)
-    _raise_fault(body)
-    return body
+    try:
+        doc = xmlsafe.parse(response.content)
+    except ClientError:
+        raise Unreachable("%s answered HTTP %d without SOAP" % (address, response.status_code)) from None
+    result = doc.find("{%s}Body" % ns.SOAP11_ENV)
+    if result is None:
+        raise Unreachable("%s answered HTTP %d without a SOAP body" % (address, response.status_code))
+    _raise_fault(result)
+    return result[0]
 
 
 def _raise_fault(body: etree._Element) -> None:
@@ -271,17 +304,11 @@ class Application:
 
     def property_many(self, *locals_: str, namespace: str = ns.API) -> list[etree._Element]:
         """Several properties in one GetMultipleResourceProperties request."""
-        env = etree.Element("{%s}Envelope" % ns.SOAP11_ENV, nsmap={"soapenv": ns.SOAP11_ENV,
-                                                                   "wsa": ns.WSA})
-        header = etree.SubElement(env, "{%s}Header" % ns.SOAP11_ENV)
-        for h in self._headers:
-            header.append(etree.fromstring(etree.tostring(h)))
-        body = etree.SubElement(env, "{%s}Body" % ns.SOAP11_ENV)
-        req = etree.SubElement(body, "{%s}GetMultipleResourceProperties" % ns.WSRF_RP,
-                               nsmap={"wsrf-rp": ns.WSRF_RP, "p": namespace})
+        req = etree.Element("{%s}GetMultipleResourceProperties" % ns.WSRF_RP,
+                            nsmap={"wsrf-rp": ns.WSRF_RP, "p": namespace})
         for local in locals_:
             etree.SubElement(req, "{%s}ResourceProperty" % ns.WSRF_RP).text = "p:" + local
-        return list(_post(self.portal, self.reference.address, env)[0])
+        return list(_post(self.portal, self.reference.address, req, self._headers))
 
     def state(self) -> str:
         (el,) = self.property("state")
@@ -290,6 +317,17 @@ class Application:
     def history(self) -> list[tuple[str, str]]:
         (hist,) = self.property("stateHistory")
         return [(t.findtext(A + "state"), t.findtext(A + "time")) for t in hist]
+
+    def subscribe(self, consumer: str, *, termination: str | None = "PT1H",
+                  message_filter: str | None = None) -> "Subscription":
+        """Subscribe ``consumer`` (a URL) to this application's lifecycle from now on;
+        ``message_filter`` is an XPath 1.0 expression over ``api:lifecycleEvent`` (prefix api)."""
+        return _subscribe(self.portal, self.reference.address, self._headers, consumer, LIFECYCLE,
+                          termination, message_filter)
+
+    def current_message(self) -> etree._Element:
+        """The newest api:lifecycleEvent of this application."""
+        return _current_message(self.portal, self.reference.address, self._headers, LIFECYCLE)
 
     def wait_for(self, *states: str, timeout: float = 60.0,
                  progress: Callable[[dict], None] | None = None, interval: float = 0.2) -> str:
@@ -319,3 +357,83 @@ def _value(el: etree._Element) -> Any:
     if all(i.get("name") is not None for i in items):
         return {i.get("name"): _value(i) for i in items}
     return [_value(i) for i in items]
+
+
+# -- notifications ----------------------------------------------------------------------------
+def subscribe_request(consumer: str, topic: str, termination: str | None = None,
+                      message_filter: str | None = None) -> etree._Element:
+    """A ``wsnt:Subscribe`` for ``consumer`` on ``topic`` (Simple dialect); ``termination`` is
+    an xsd:dateTime or xsd:duration (None: the portal's default)."""
+    req = etree.Element(WSNT + "Subscribe", nsmap={"wsnt": ns.WSNT, "wsa": ns.WSA})
+    etree.SubElement(etree.SubElement(req, WSNT + "ConsumerReference"),
+                     "{%s}Address" % ns.WSA).text = consumer
+    holder = etree.SubElement(req, WSNT + "Filter")
+    holder.append(topic_element(WSNT + "TopicExpression", topic))
+    if message_filter:
+        content = etree.SubElement(holder, WSNT + "MessageContent", nsmap={"api": ns.API})
+        content.set("Dialect", ns.XPATH_DIALECT)
+        content.text = message_filter
+    if termination:
+        etree.SubElement(req, WSNT + "InitialTerminationTime").text = termination
+    return req
+
+
+def _subscribe(portal: Portal, address: str, headers: list, consumer: str, topic: str,
+               termination: str | None, message_filter: str | None) -> "Subscription":
+    response = _post(portal, address, subscribe_request(consumer, topic, termination, message_filter),
+                     headers)
+    ref = response.find(WSNT + "SubscriptionReference")
+    return Subscription(portal, ref.findtext("{%s}Address" % ns.WSA).strip(),
+                        (ref.findtext("{%s}ReferenceParameters/%sResourceId" % (ns.WSA, A)) or "").strip(),
+                        response.findtext(WSNT + "TerminationTime"))
+
+
+def _current_message(portal: Portal, address: str, headers: list, topic: str) -> etree._Element:
+    request = etree.Element(WSNT + "GetCurrentMessage", nsmap={"wsnt": ns.WSNT})
+    request.append(topic_element(WSNT + "Topic", topic))
+    return _post(portal, address, request, headers)[0]
+
+
+class Subscription:
+    """A subscription, through its manager's EPR."""
+
+    def __init__(self, portal: Portal, address: str, resource_id: str,
+                 termination_time: str | None = None):
+        self.portal = portal
+        self.address = address
+        self.resource_id = resource_id
+        self.termination_time = termination_time
+        header = etree.Element(A + "ResourceId", nsmap={"api": ns.API, "wsa": ns.WSA})
+        header.text = resource_id
+        header.set("{%s}IsReferenceParameter" % ns.WSA, "true")
+        self._headers = [header] if resource_id else []
+
+    def _call(self, body: etree._Element) -> etree._Element:
+        return _post(self.portal, self.address, body, self._headers)
+
+    def renew(self, termination: str) -> str | None:
+        """A new termination time (xsd:dateTime or xsd:duration); returns it as set."""
+        body = etree.Element(WSNT + "Renew", nsmap={"wsnt": ns.WSNT})
+        etree.SubElement(body, WSNT + "TerminationTime").text = termination
+        self.termination_time = self._call(body).findtext(WSNT + "TerminationTime")
+        return self.termination_time
+
+    def unsubscribe(self) -> None:
+        self._call(etree.Element(WSNT + "Unsubscribe", nsmap={"wsnt": ns.WSNT}))
+
+    def pause(self) -> None:
+        self._call(etree.Element(WSNT + "PauseSubscription", nsmap={"wsnt": ns.WSNT}))
+
+    def resume(self) -> None:
+        self._call(etree.Element(WSNT + "ResumeSubscription", nsmap={"wsnt": ns.WSNT}))
+
+    def property(self, local: str, namespace: str = ns.API) -> list[etree._Element]:
+        body = etree.Element("{%s}GetResourceProperty" % ns.WSRF_RP,
+                             nsmap={"wsrf-rp": ns.WSRF_RP, "p": namespace})
+        body.text = "p:" + local
+        return list(self._call(body))
+
+    def status(self) -> dict:
+        """``api:subscriptionStatus`` as a dict (state, undelivered, delivered, lastError ...)."""
+        (el,) = self.property("subscriptionStatus")
+        return {etree.QName(c).localname: (c.text or "").strip() for c in el}

@@ -42,13 +42,17 @@ class Settings:
     # descriptors
     import_path: tuple[str, ...] = ()        # folders searched for classpath:/ and library imports
     allowed_import_prefixes: tuple[str, ...] = ()   # network locations a descriptor may import
-    # notification delivery
-    delivery_workers: int = 4
-    delivery_timeout: float = 5.0
+    # notification delivery (notify/delivery.py)
+    delivery_workers: int = 8                # sender threads; one consumer host may hold half
+    delivery_timeout: float = 5.0            # seconds to wait for a consumer's response
+    delivery_connect_timeout: float = 2.0    # seconds to connect to a consumer
     delivery_retry_horizon: float = 3600.0   # seconds of retrying before a subscription fails
-    delivery_backoff_initial: float = 0.5
+    delivery_backoff_initial: float = 0.5    # first retry delay; doubles on each failure
     delivery_backoff_max: float = 30.0
     delivery_max_response_bytes: int = 64 * 1024
+    delivery_batch: int = 500                # notification messages per Notify request (at most)
+    delivery_poll_interval: float = 0.5      # seconds between looks for other portals' events
+    event_retention_seconds: float = 3600.0  # delivered events kept this long (the newest always)
     consumer_networks: tuple[str, ...] = ("127.0.0.0/8", "::1/128", "10.0.0.0/8",
                                           "172.16.0.0/12", "192.168.0.0/16")
     default_subscription_seconds: float = 24 * 3600.0

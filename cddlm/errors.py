@@ -152,11 +152,14 @@ class UnableToSetTerminationTime(ClientError):
 
 
 class NotificationError(ClientError):
-    """A WS-BaseNotification fault; ``fault`` is the local name of the wsnt fault element."""
+    """A WS-BaseNotification fault; ``fault`` is the local name of the wsnt fault element and
+    ``children`` its own child elements after the BaseFault ones: (Clark name, value) pairs,
+    where a value of the form ``{namespace}local`` is written as a QName."""
 
-    def __init__(self, fault: str, message: str):
+    def __init__(self, fault: str, message: str, children: tuple[tuple[str, str], ...] = ()):
         super().__init__(message)
         self.fault = fault
+        self.children = tuple(children)
 
 
 class DeploymentFailed(ServerError):

@@ -39,6 +39,10 @@ TOPIC_SIMPLE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Simple"
 TOPIC_CONCRETE = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Concrete"
 TOPIC_FULL = "http://docs.oasis-open.org/wsn/t-1/TopicExpression/Full"
 
+# the topics the portal publishes (CONTRACT section 8), in Clark notation
+LIFECYCLE_TOPIC = "{%s}Lifecycle" % API
+CREATED_TOPIC = "{%s}ApplicationCreated" % API
+
 WSRF_FAULT_ACTION = "http://docs.oasis-open.org/wsrf/fault"
 WSN_FAULT_ACTION = "http://docs.oasis-open.org/wsn/fault"
 WSA_FAULT_ACTION = WSA + "/fault"

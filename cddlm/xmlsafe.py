@@ -14,6 +14,7 @@ from lxml import etree
 from cddlm.errors import BadArgument
 
 _DOCTYPE = re.compile(rb"<!DOCTYPE|<!ENTITY", re.IGNORECASE)
+_NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 _DOCTYPE_TEXT = re.compile(r"<!DOCTYPE|<!ENTITY", re.IGNORECASE)
 
 
@@ -70,3 +71,9 @@ def check_depth(root: etree._Element, max_depth: int) -> None:
         if depth > max_depth:
             raise UnsafeXml("XML nesting deeper than %d elements" % max_depth, el.sourceline)
         stack.extend((child, depth + 1) for child in el)
+
+
+def clean(value: object) -> str:
+    """Text safe for XML the portal writes: characters XML 1.0 cannot carry (control bytes in
+    a process's stderr, say) become U+FFFD."""
+    return _NOT_XML.sub("\ufffd", str(value))

@@ -8,7 +8,8 @@ Step keys:
   body:    the body element (the standard prefixes are declared on the envelope)
   headers: header blocks;  raw: the whole request as given (not wrapped)
   expect:  status, fault (detail element QName), faultcode, xpath (boolean expressions),
-           save {name: XPath string expression}
+           save {name: XPath string expression}; a fault must leave the store as it was
+           (applications, views, subscriptions and their settings)
   wait:    {to, state, timeout} polls api:state until it has that value
   sleep:   seconds
 Values may use {name} placeholders: saved values, and {uniq} (unique per file).
@@ -75,8 +76,20 @@ def _wait(client, spec: dict, values: dict) -> None:
     raise AssertionError("state stayed %r, expected %r" % (state, spec["state"]))
 
 
+def _records(portal) -> tuple:
+    """What a refused request must not change (the engine and delivery change the rest)."""
+    from sqlalchemy import select
+    from cddlm.application.tables import applications, subscriptions, views
+    s = subscriptions.c
+    with portal.store.read() as conn:
+        return (sorted(conn.execute(select(applications.c.id, applications.c.name)).all()),
+                sorted(conn.execute(select(views.c.id)).all()),
+                sorted(conn.execute(select(s.id, s.termination_time, s.paused, s.status,
+                                           s.filter_xml, s.consumer)).all()))
+
+
 @pytest.mark.parametrize("case", CASES, ids=[str(c.relative_to(c.parents[1])) for c in CASES])
-def test_conversation(case: Path, client):
+def test_conversation(case: Path, client, portal):
     spec = yaml.safe_load(case.read_text())
     values = {"uniq": uuid.uuid4().hex[:10]}
     shared = shared_dir()
@@ -88,8 +101,9 @@ def test_conversation(case: Path, client):
         if "sleep" in step:
             time.sleep(float(step["sleep"]))
             continue
-        status, data = _request(client, step, values)
         expect = step.get("expect", {})
+        before = _records(portal) if "fault" in expect or "faultcode" in expect else None
+        status, data = _request(client, step, values)
         doc = etree.fromstring(data)
         problems = validate_envelope(data, shared)
         assert not problems, "%s: %s" % (where, problems)
@@ -104,6 +118,7 @@ def test_conversation(case: Path, client):
                 assert detail is not None and detail[0].tag == "{%s}%s" % (PREFIXES[prefix], local), \
                     "%s: wrong fault %s" % (where, etree.tostring(fault)[:400])
             assert status == 500, where
+            assert _records(portal) == before, "%s: a fault changed the store" % where
         else:
             assert fault is None, "%s: unexpected fault %s" % (where, etree.tostring(fault)[:600])
             assert status == expect.get("status", 200), where

@@ -25,21 +25,28 @@ def served_copy(tmp_path: Path) -> Path:
 def test_zeep_loads_it_with_every_operation(tmp_path):
     client = zeep.Client(str(served_copy(tmp_path)))
     portal = client.bind("PortalService", "PortalPort")
-    for op in ("create", "lookup", "rebind", "GetResourceProperty", "QueryResourceProperties"):
+    for op in ("create", "lookup", "rebind", "GetResourceProperty", "QueryResourceProperties",
+               "Subscribe", "GetCurrentMessage"):
         assert hasattr(portal, op)
     app = client.bind("ApplicationService", "ApplicationPort")
     for op in ("initialize", "run", "ping", "resolve", "terminate", "destroy", "Destroy",
-               "SetTerminationTime", "GetResourcePropertyDocument"):
+               "SetTerminationTime", "GetResourcePropertyDocument", "Subscribe", "GetCurrentMessage"):
         assert hasattr(app, op)
+    manager = client.bind("SubscriptionManagerService", "SubscriptionManagerPort")
+    for op in ("Renew", "Unsubscribe", "PauseSubscription", "ResumeSubscription", "Destroy",
+               "GetResourceProperty", "GetResourcePropertyDocument", "QueryResourceProperties"):
+        assert hasattr(manager, op)
 
 
 def test_xmlschema_loads_the_wsdl_and_the_api_schema(tmp_path):
     doc = Wsdl11Document(str(served_copy(tmp_path)), allow="sandbox")
     assert "{%s}Portal" % ns.API_WSDL in doc.port_types
     assert "{%s}ApplicationBinding" % ns.API_WSDL in doc.bindings
+    assert "{%s}SubscriptionManagerBinding" % ns.API_WSDL in doc.bindings
     schema = xmlschema.XMLSchema10(str(ROOT / "xsd" / "api.xsd"), allow="sandbox")
     for name in ("createRequest", "initializeRequest", "lifecycleEvent", "WrongStateFault",
-                 "applicationProperties", "portalProperties"):
+                 "applicationProperties", "portalProperties", "subscriptionProperties",
+                 "subscriptionStatus", "applicationCreatedEvent"):
         assert name in schema.elements
 
 

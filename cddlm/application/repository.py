@@ -14,11 +14,12 @@ from typing import Any
 from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
+from cddlm import ns
 from cddlm.application import lifecycle
 from cddlm.application.tables import applications, components, events, history, views, work
 
-LIFECYCLE_TOPIC = "{http://www.gridforum.org/cddlm/deployapi/2005/02}Lifecycle"
-CREATED_TOPIC = "{http://www.gridforum.org/cddlm/deployapi/2005/02}ApplicationCreated"
+LIFECYCLE_TOPIC = ns.LIFECYCLE_TOPIC
+CREATED_TOPIC = ns.CREATED_TOPIC
 PORTAL_PRODUCER = "portal"
 
 

@@ -111,50 +111,59 @@ events = Table(                                              # the outbox
     "events", metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
     Column("producer", String(64), nullable=False),           # application id, or "portal"
-    Column("topic", String(256), nullable=False),
-    Column("seq", Integer, nullable=False),
-    Column("message", Text, nullable=False),                  # the wsnt:Message payload (XML)
+    Column("topic", String(256), nullable=False),              # Clark name
+    Column("seq", Integer, nullable=False),                    # per application, from 1; portal: 0
+    Column("message", Text, nullable=False),                  # the payload's data (JSON)
     Column("created", Float, nullable=False),
-    Column("fanned_out", Boolean, nullable=False, default=False),
+    Column("fanned_out", Boolean, nullable=False, default=False),   # deliveries queued
 )
-Index("ix_events_producer", events.c.producer, events.c.seq)
+# (producer, topic, id): the newest event of a producer (GetCurrentMessage, pruning)
+Index("ix_events_producer", events.c.producer, events.c.topic, events.c.id)
 Index("ix_events_fanned_out", events.c.fanned_out)
 
+# A subscription is a queue of deliveries plus the state of delivering its head: at most one
+# portal holds it (owner, lease_expires) at a time, which keeps its deliveries in order.
 subscriptions = Table(
     "subscriptions", metadata,
-    Column("id", String(64), primary_key=True),
+    Column("id", String(64), primary_key=True),               # hex; the manager's path
     Column("producer", String(64), nullable=False),           # application id, or "portal"
     Column("producer_view", String(64), nullable=True),       # the view it was made through
     Column("portal", String(512), nullable=False),            # base URL of the manager EPR
-    Column("topic", String(256), nullable=False),
-    Column("topic_expression", Text, nullable=False),         # as given (XML)
-    Column("dialect", String(256), nullable=False),
+    Column("topic", String(256), nullable=False),              # Clark name
+    Column("filter_xml", Text, nullable=False),               # the wsnt:Filter (as given, or implied)
+    Column("message_filter", Text, nullable=True),            # JSON [[XPath, {prefix: ns}], ...]
     Column("consumer", Text, nullable=False),                 # the consumer EPR (XML)
     Column("consumer_address", String(2048), nullable=False),
-    Column("message_filter", Text, nullable=True),            # XPath 1.0 over the message
-    Column("filter_xml", Text, nullable=True),                # the Filter element as given
-    Column("use_raw", Boolean, nullable=False, default=False),
     Column("created", Float, nullable=False),
-    Column("termination_time", Float, nullable=True),
+    Column("termination_time", Float, nullable=True),         # None: never expires
+    Column("start_seq", Integer, nullable=False, default=0),  # receives events after this seq
     Column("paused", Boolean, nullable=False, default=False),
     Column("status", String(16), nullable=False),             # active | failed | ended
-    Column("failure", Text, nullable=True),
+    Column("failure", Text, nullable=True),                   # why it failed
+    # delivery of the head of the queue
+    Column("due", Float, nullable=True),                      # None: nothing queued
+    Column("attempts", Integer, nullable=False, default=0),   # consecutive failures
+    Column("failing_since", Float, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("owner", String(64), nullable=True),               # portal (engine id) delivering it
+    Column("lease_expires", Float, nullable=True),
+    Column("delivered", Integer, nullable=False, default=0),
+    Column("last_delivered", Float, nullable=True),
 )
 Index("ix_subscriptions_producer", subscriptions.c.producer)
+Index("ix_subscriptions_due", subscriptions.c.due)
 
+# The queue: one row per message to deliver. It is the hottest table of fan-out (one row per
+# subscriber per event), so it has no foreign keys, whose per-row checks cost PostgreSQL more
+# than the inserts themselves: notify/ deletes a subscription's rows with it, and prunes only
+# events no row names.
 deliveries = Table(
     "deliveries", metadata,
-    Column("subscription_id", String(64),
-           ForeignKey("subscriptions.id", ondelete="CASCADE"), primary_key=True),
-    Column("event_id", Integer, ForeignKey("events.id", ondelete="CASCADE"), primary_key=True),
-    Column("attempts", Integer, nullable=False, default=0),
-    Column("next_attempt", Float, nullable=False),
-    Column("first_attempt", Float, nullable=True),
-    Column("owner", String(64), nullable=True),
-    Column("lease_expires", Float, nullable=True),
-    Column("last_error", Text, nullable=True),
+    Column("subscription_id", String(64), primary_key=True),
+    Column("event_id", Integer, primary_key=True),
+    Column("queued", Float, nullable=False),
 )
-Index("ix_deliveries_next", deliveries.c.next_attempt)
+Index("ix_deliveries_event_id", deliveries.c.event_id)
 
 hosts = Table(
     "hosts", metadata,

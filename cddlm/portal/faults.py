@@ -105,8 +105,13 @@ def kind_of(exc: errors.CddlmError) -> FaultKind:
 
 
 def _wsn_extra(e, el) -> None:
+    """A wsnt fault's own children; a ``{namespace}local`` value is a QName (its prefix is
+    declared on the element), as UnknownFilter and UnsupportedPolicy are."""
     for tag, value in getattr(e, "children", ()):
-        _sub(el, tag, value)
+        if value.startswith("{"):
+            etree.SubElement(el, tag).text = etree.QName(value)
+        else:
+            _sub(el, tag, value)
 
 
 def detail(exc: errors.CddlmError, now: float | None = None) -> etree._Element:

@@ -8,27 +8,25 @@ the body element's QName to the handler and the response's wsa:Action (CONTRACT 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Any
 
 from lxml import etree
 
 from cddlm import __version__, ns, wsa
 from cddlm.application import options as opts
-from cddlm.application.repository import App
+from cddlm.application.repository import PORTAL_PRODUCER, App
 from cddlm.application.service import Service
 from cddlm.errors import BadArgument, ResourceUnknown
 from cddlm.lang import registry
+from cddlm.notify import topics
 from cddlm.portal import messages as m
 from cddlm.portal import properties as rp
 from cddlm.portal.soap import Endpoint, Operation, Request
-from cddlm.xsdtypes import format_datetime, format_duration, parse_duration
+from cddlm.xsdtypes import format_datetime, format_duration, parse_datetime, parse_duration
 
 API, RPNS, RL, WSNT = ns.API, ns.WSRF_RP, ns.WSRF_RL, ns.WSNT
-RPW = "http://docs.oasis-open.org/wsrf/rpw-2/"
 RLW = "http://docs.oasis-open.org/wsrf/rlw-2/"
 STATES = ("instantiated", "initialized", "running", "failed", "terminated")
-LIFECYCLE_TOPIC = "{%s}Lifecycle" % API
-CREATED_TOPIC = "{%s}ApplicationCreated" % API
 
 
 def api_action(port_type: str, op: str) -> str:
@@ -39,14 +37,6 @@ def _q(namespace: str, local: str) -> str:
     return "{%s}%s" % (namespace, local)
 
 
-def topic_element(topic: str, dialect: str = ns.TOPIC_SIMPLE) -> etree._Element:
-    qn = etree.QName(topic)
-    el = etree.Element(_q(WSNT, "Topic"), nsmap={"wsnt": WSNT, "api": qn.namespace})
-    el.set("Dialect", dialect)
-    el.text = "api:" + qn.localname
-    return el
-
-
 def producer_properties(topic: str) -> dict[str, rp.Builder]:
     def fixed() -> list[etree._Element]:
         el = etree.Element(_q(WSNT, "FixedTopicSet"), nsmap={"wsnt": WSNT})
@@ -55,28 +45,22 @@ def producer_properties(topic: str) -> dict[str, rp.Builder]:
 
     def dialects() -> list[etree._Element]:
         out = []
-        for d in (ns.TOPIC_SIMPLE, ns.TOPIC_CONCRETE):
+        for d in topics.DIALECTS:
             el = etree.Element(_q(WSNT, "TopicExpressionDialect"), nsmap={"wsnt": WSNT})
             el.text = d
             out.append(el)
         return out
 
-    return {_q(WSNT, "Topic"): lambda: [topic_element(topic)],
+    return {_q(WSNT, "Topic"): lambda: [topics.topic_element(_q(WSNT, "Topic"), topic)],
             _q(WSNT, "FixedTopicSet"): fixed,
             _q(WSNT, "TopicExpressionDialect"): dialects}
 
 
-def current_time() -> list[etree._Element]:
-    el = etree.Element(_q(RL, "CurrentTime"), nsmap={"wsrf-rl": RL})
-    el.text = format_datetime(time.time())
-    return [el]
-
-
 class Handlers:
-    def __init__(self, service: Service, started: float, notifications: object | None = None):
+    def __init__(self, service: Service, started: float, subscriptions: Any = None):
         self.service = service
         self.started = started
-        self.notifications = notifications   # the notify package's handlers, when present
+        self.subscriptions = subscriptions   # portal.subscriptions.SubscriptionHandlers, when wired
 
     # -- portal ---------------------------------------------------------------------------------
     def create(self, req: Request) -> etree._Element:
@@ -106,8 +90,8 @@ class Handlers:
             m.q("dynamicInfo"): lambda: [self.dynamic_info()],
             m.q("applications"): lambda: [m.element("applications", *[
                 m.app_reference(v) for v in self.service.applications(req.portal)])],
-            **producer_properties(CREATED_TOPIC),
-            _q(RL, "CurrentTime"): current_time,
+            **producer_properties(topics.CREATED),
+            _q(RL, "CurrentTime"): rp.current_time,
         })
 
     def static_info(self, portal: str) -> etree._Element:
@@ -170,6 +154,10 @@ class Handlers:
             raise ResourceUnknown("the request names no application (address /cddlm/applications/ID)")
         return self.service.app_for_view(view_id, req.resource_id())
 
+    def producer(self, req: Request) -> tuple[str, str]:
+        """The application a request to a view names, and the view: a notification producer."""
+        return self.app(req).id, req.path.strip("/").split("/")[0]
+
     def initialize(self, req: Request) -> etree._Element:
         app = self.app(req)
         b = req.body
@@ -228,7 +216,7 @@ class Handlers:
         now = time.time()
         if requested is not None:
             nil = requested.get("{%s}nil" % ns.XSI) in ("true", "1")
-            when = None if nil else _parse_time(requested.text)
+            when = None if nil else parse_datetime(requested.text or "")
         elif duration is not None:
             when = now + parse_duration(duration.text or "")
         else:
@@ -258,9 +246,9 @@ class Handlers:
             m.q("started"): lambda: [m.timestamp("started", app.started)] if app.started else [],
             m.q("terminated"): lambda: [m.timestamp("terminated", app.terminated)] if app.terminated else [],
             m.q("stateHistory"): lambda: [self.state_history(app)],
-            _q(RL, "CurrentTime"): current_time,
-            _q(RL, "TerminationTime"): lambda: [_termination_time(app.termination_time)],
-            **producer_properties(LIFECYCLE_TOPIC),
+            _q(RL, "CurrentTime"): rp.current_time,
+            _q(RL, "TerminationTime"): lambda: [rp.termination_time(app.termination_time)],
+            **producer_properties(topics.LIFECYCLE),
             _q(ns.EXT, "placementAudit"): lambda: [placement_audit(app.placement.get("audit"))]
             if app.placement and app.placement.get("audit") else [],
         })
@@ -304,32 +292,13 @@ class Handlers:
 
     # -- tables ---------------------------------------------------------------------------------
     def endpoints(self) -> tuple[Endpoint, Endpoint]:
-        def rp_ops(source: Callable[[Request], rp.Properties]) -> dict[str, Operation]:
-            def wrap(fn):
-                return lambda req: fn(req.body, source(req))
-            return {
-                _q(RPNS, "GetResourceProperty"): Operation(
-                    wrap(rp.get_property), RPW + "GetResourceProperty/GetResourcePropertyResponse",
-                    validate=False),
-                _q(RPNS, "GetMultipleResourceProperties"): Operation(
-                    wrap(rp.get_multiple),
-                    RPW + "GetMultipleResourceProperties/GetMultipleResourcePropertiesResponse",
-                    validate=False),
-                _q(RPNS, "GetResourcePropertyDocument"): Operation(
-                    wrap(rp.get_document),
-                    RPW + "GetResourcePropertyDocument/GetResourcePropertyDocumentResponse"),
-                _q(RPNS, "QueryResourceProperties"): Operation(
-                    wrap(rp.query), RPW + "QueryResourceProperties/QueryResourcePropertiesResponse",
-                    validate=False),
-            }
-
         portal_ops = {
             m.q("createRequest"): Operation(self.create, api_action("Portal", "create")),
             m.q("lookupRequest"): Operation(self.lookup, api_action("Portal", "lookup")),
             m.q("rebindRequest"): Operation(self.rebind, api_action("Portal", "rebind")),
             _q(ns.EXT, "setHostStateRequest"): Operation(self.set_host_state,
                                                            ns.EXT + ":Portal:setHostStateResponse"),
-            **rp_ops(self.portal_properties),
+            **rp.operations(self.portal_properties),
         }
         app_ops = {
             m.q("initializeRequest"): Operation(self.initialize, api_action("Application", "initialize")),
@@ -342,11 +311,12 @@ class Handlers:
                                          RLW + "ImmediateResourceTermination/DestroyResponse"),
             _q(RL, "SetTerminationTime"): Operation(
                 self.set_termination_time, RLW + "ScheduledResourceTermination/SetTerminationTimeResponse"),
-            **rp_ops(self.app_properties),
+            **rp.operations(self.app_properties),
         }
-        if self.notifications is not None:
-            portal_ops.update(self.notifications.producer_operations("portal"))
-            app_ops.update(self.notifications.producer_operations("application"))
+        if self.subscriptions is not None:
+            portal_ops.update(self.subscriptions.producer_operations(
+                topics.PORTAL, lambda req: (PORTAL_PRODUCER, None)))
+            app_ops.update(self.subscriptions.producer_operations(topics.APPLICATION, self.producer))
         return Endpoint("portal", portal_ops), Endpoint("application", app_ops)
 
 
@@ -370,17 +340,3 @@ def placement_audit(audit: dict) -> etree._Element:
         for component in p.get("violated_members") or []:
             etree.SubElement(el, ext + "violated").text = str(component)
     return out
-
-
-def _parse_time(text: str | None) -> float:
-    from cddlm.xsdtypes import parse_datetime
-    return parse_datetime(text or "")
-
-
-def _termination_time(when: float | None) -> etree._Element:
-    el = etree.Element(_q(RL, "TerminationTime"), nsmap={"wsrf-rl": RL, "xsi": ns.XSI})
-    if when is None:
-        el.set("{%s}nil" % ns.XSI, "true")
-    else:
-        el.text = format_datetime(when)
-    return el

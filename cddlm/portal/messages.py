@@ -3,7 +3,6 @@ Bodies arrive schema-valid; these functions add the checks a schema cannot expre
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from lxml import etree
@@ -13,18 +12,11 @@ from cddlm.application.options import Option
 from cddlm.application.repository import View
 from cddlm.application.service import APP_PATH, DescriptorInput
 from cddlm.errors import BadArgument
+from cddlm.notify.messages import termination_info as termination_element  # noqa: F401
+from cddlm.xmlsafe import clean
 from cddlm.xsdtypes import format_datetime, parse_boolean
 
 A = "{%s}" % ns.API
-
-
-_NOT_XML = re.compile("[^\t\n\r\u0020-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-
-
-def clean(value: Any) -> str:
-    """Text safe for XML: characters XML 1.0 cannot carry (control bytes in a process's
-    stderr, say) become U+FFFD."""
-    return _NOT_XML.sub("\ufffd", str(value))
 
 
 def q(local: str) -> str:
@@ -161,17 +153,4 @@ def value_element(local: str, value: Any) -> etree._Element:
             target.text = clean(v)
 
     fill(el, value)
-    return el
-
-
-def termination_element(info: dict) -> etree._Element:
-    el = element("terminationInfo")
-    sub(el, "normal", "true" if info.get("normal") else "false")
-    for key in ("reason", "component", "exitCode", "signal"):
-        if info.get(key) is not None:
-            sub(el, key, info[key])
-    if info.get("time") is not None:
-        sub(el, "time", format_datetime(float(info["time"])))
-    if info.get("stderr"):
-        sub(el, "stderr", info["stderr"])
     return el

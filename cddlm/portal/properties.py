@@ -9,6 +9,7 @@ function producing that property's elements. ``GetResourceProperty`` builds one 
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Callable
 
@@ -17,8 +18,12 @@ from lxml import etree
 from cddlm import ns
 from cddlm.errors import (InvalidPropertyQName, InvalidQueryExpression, QueryEvaluationError,
                           UnknownQueryDialect)
+from cddlm.portal.soap import Operation, Request
+from cddlm.xsdtypes import format_datetime
 
 RP = "{%s}" % ns.WSRF_RP
+RL = "{%s}" % ns.WSRF_RL
+RPW = "http://docs.oasis-open.org/wsrf/rpw-2/"
 Builder = Callable[[], list[etree._Element]]
 
 
@@ -136,3 +141,43 @@ def _result(kind: str, value: str) -> etree._Element:
 
 def _copy(el: etree._Element) -> etree._Element:
     return etree.fromstring(etree.tostring(el))
+
+
+def operations(source: Callable[[Request], Properties]) -> dict[str, Operation]:
+    """The WS-RP read operations of a resource whose properties ``source`` gives."""
+    def wrap(fn):
+        return lambda req: fn(req.body, source(req))
+    return {
+        RP + "GetResourceProperty": Operation(
+            wrap(get_property), RPW + "GetResourceProperty/GetResourcePropertyResponse",
+            validate=False),
+        RP + "GetMultipleResourceProperties": Operation(
+            wrap(get_multiple),
+            RPW + "GetMultipleResourceProperties/GetMultipleResourcePropertiesResponse",
+            validate=False),
+        RP + "GetResourcePropertyDocument": Operation(
+            wrap(get_document),
+            RPW + "GetResourcePropertyDocument/GetResourcePropertyDocumentResponse"),
+        RP + "QueryResourceProperties": Operation(
+            wrap(query), RPW + "QueryResourceProperties/QueryResourcePropertiesResponse",
+            validate=False),
+    }
+
+
+# -- WS-ResourceLifetime properties, common to every resource ----------------------------------------
+def current_time() -> list[etree._Element]:
+    el = etree.Element(RL + "CurrentTime", nsmap={"wsrf-rl": ns.WSRF_RL})
+    el.text = format_datetime(time.time())
+    return [el]
+
+
+def termination_time(when: float | None, tag: str = RL + "TerminationTime") -> etree._Element:
+    """A nillable dateTime element: the time, or ``xsi:nil`` for never."""
+    namespace = etree.QName(tag).namespace
+    prefix = next((k for k, v in ns.NSMAP.items() if v == namespace), None)
+    el = etree.Element(tag, nsmap={prefix: namespace, "xsi": ns.XSI})
+    if when is None:
+        el.set("{%s}nil" % ns.XSI, "true")
+    else:
+        el.text = format_datetime(when)
+    return el

@@ -126,8 +126,8 @@ def release_dead(conn: Connection, now: float, stale_after: float, alone: bool,
         return 0
     n = conn.execute(update(work).where(work.c.owner.in_(dead))
                      .values(owner=None, lease_expires=None)).rowcount
-    from cddlm.application.tables import deliveries
-    conn.execute(update(deliveries).where(deliveries.c.owner.in_(dead))
+    from cddlm.application.tables import subscriptions   # notification deliveries in flight
+    conn.execute(update(subscriptions).where(subscriptions.c.owner.in_(dead))
                  .values(owner=None, lease_expires=None))
     conn.execute(delete(engines).where(engines.c.id.in_(dead)))
     return n

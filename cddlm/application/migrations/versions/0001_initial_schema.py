@@ -47,6 +47,15 @@ def upgrade() -> None:
     with op.batch_alter_table('applications', schema=None) as batch_op:
         batch_op.create_index('ix_applications_termination_time', ['termination_time'], unique=False)
 
+    op.create_table('deliveries',
+    sa.Column('subscription_id', sa.String(length=64), nullable=False),
+    sa.Column('event_id', sa.Integer(), nullable=False),
+    sa.Column('queued', sa.Float(), nullable=False),
+    sa.PrimaryKeyConstraint('subscription_id', 'event_id', name=op.f('pk_deliveries'))
+    )
+    with op.batch_alter_table('deliveries', schema=None) as batch_op:
+        batch_op.create_index('ix_deliveries_event_id', ['event_id'], unique=False)
+
     op.create_table('engines',
     sa.Column('id', sa.String(length=64), nullable=False),
     sa.Column('url', sa.String(length=512), nullable=True),
@@ -66,7 +75,7 @@ def upgrade() -> None:
     )
     with op.batch_alter_table('events', schema=None) as batch_op:
         batch_op.create_index('ix_events_fanned_out', ['fanned_out'], unique=False)
-        batch_op.create_index('ix_events_producer', ['producer', 'seq'], unique=False)
+        batch_op.create_index('ix_events_producer', ['producer', 'topic', 'id'], unique=False)
 
     op.create_table('hosts',
     sa.Column('name', sa.String(length=256), nullable=False),
@@ -81,21 +90,28 @@ def upgrade() -> None:
     sa.Column('producer_view', sa.String(length=64), nullable=True),
     sa.Column('portal', sa.String(length=512), nullable=False),
     sa.Column('topic', sa.String(length=256), nullable=False),
-    sa.Column('topic_expression', sa.Text(), nullable=False),
-    sa.Column('dialect', sa.String(length=256), nullable=False),
+    sa.Column('filter_xml', sa.Text(), nullable=False),
+    sa.Column('message_filter', sa.Text(), nullable=True),
     sa.Column('consumer', sa.Text(), nullable=False),
     sa.Column('consumer_address', sa.String(length=2048), nullable=False),
-    sa.Column('message_filter', sa.Text(), nullable=True),
-    sa.Column('filter_xml', sa.Text(), nullable=True),
-    sa.Column('use_raw', sa.Boolean(), nullable=False),
     sa.Column('created', sa.Float(), nullable=False),
     sa.Column('termination_time', sa.Float(), nullable=True),
+    sa.Column('start_seq', sa.Integer(), nullable=False),
     sa.Column('paused', sa.Boolean(), nullable=False),
     sa.Column('status', sa.String(length=16), nullable=False),
     sa.Column('failure', sa.Text(), nullable=True),
+    sa.Column('due', sa.Float(), nullable=True),
+    sa.Column('attempts', sa.Integer(), nullable=False),
+    sa.Column('failing_since', sa.Float(), nullable=True),
+    sa.Column('last_error', sa.Text(), nullable=True),
+    sa.Column('owner', sa.String(length=64), nullable=True),
+    sa.Column('lease_expires', sa.Float(), nullable=True),
+    sa.Column('delivered', sa.Integer(), nullable=False),
+    sa.Column('last_delivered', sa.Float(), nullable=True),
     sa.PrimaryKeyConstraint('id', name=op.f('pk_subscriptions'))
     )
     with op.batch_alter_table('subscriptions', schema=None) as batch_op:
+        batch_op.create_index('ix_subscriptions_due', ['due'], unique=False)
         batch_op.create_index('ix_subscriptions_producer', ['producer'], unique=False)
 
     op.create_table('components',
@@ -125,22 +141,6 @@ def upgrade() -> None:
     )
     with op.batch_alter_table('components', schema=None) as batch_op:
         batch_op.create_index('ix_components_host', ['host'], unique=False)
-
-    op.create_table('deliveries',
-    sa.Column('subscription_id', sa.String(length=64), nullable=False),
-    sa.Column('event_id', sa.Integer(), nullable=False),
-    sa.Column('attempts', sa.Integer(), nullable=False),
-    sa.Column('next_attempt', sa.Float(), nullable=False),
-    sa.Column('first_attempt', sa.Float(), nullable=True),
-    sa.Column('owner', sa.String(length=64), nullable=True),
-    sa.Column('lease_expires', sa.Float(), nullable=True),
-    sa.Column('last_error', sa.Text(), nullable=True),
-    sa.ForeignKeyConstraint(['event_id'], ['events.id'], name=op.f('fk_deliveries_event_id'), ondelete='CASCADE'),
-    sa.ForeignKeyConstraint(['subscription_id'], ['subscriptions.id'], name=op.f('fk_deliveries_subscription_id'), ondelete='CASCADE'),
-    sa.PrimaryKeyConstraint('subscription_id', 'event_id', name=op.f('pk_deliveries'))
-    )
-    with op.batch_alter_table('deliveries', schema=None) as batch_op:
-        batch_op.create_index('ix_deliveries_next', ['next_attempt'], unique=False)
 
     op.create_table('history',
     sa.Column('app_id', sa.String(length=64), nullable=False),
@@ -194,16 +194,13 @@ def downgrade() -> None:
 
     op.drop_table('views')
     op.drop_table('history')
-    with op.batch_alter_table('deliveries', schema=None) as batch_op:
-        batch_op.drop_index('ix_deliveries_next')
-
-    op.drop_table('deliveries')
     with op.batch_alter_table('components', schema=None) as batch_op:
         batch_op.drop_index('ix_components_host')
 
     op.drop_table('components')
     with op.batch_alter_table('subscriptions', schema=None) as batch_op:
         batch_op.drop_index('ix_subscriptions_producer')
+        batch_op.drop_index('ix_subscriptions_due')
 
     op.drop_table('subscriptions')
     op.drop_table('hosts')
@@ -213,6 +210,10 @@ def downgrade() -> None:
 
     op.drop_table('events')
     op.drop_table('engines')
+    with op.batch_alter_table('deliveries', schema=None) as batch_op:
+        batch_op.drop_index('ix_deliveries_event_id')
+
+    op.drop_table('deliveries')
     with op.batch_alter_table('applications', schema=None) as batch_op:
         batch_op.drop_index('ix_applications_termination_time')
 

@@ -1,0 +1,242 @@
+"""Delivery: one dispatcher thread over the outbox and a pool of sender threads.
+
+The dispatcher does all the database work, in one write transaction per round: record what
+the senders found, fan out new events, claim due subscriptions. It builds each claimed
+batch's Notify request and hands it to a sender, then sleeps until it is woken (new events
+committed, a sender done, a subscription resumed) or the next retry is due; it also polls
+every ``delivery_poll_interval`` for events other portals wrote. Senders only do HTTP.
+
+A slow or dead consumer never holds up the others: each request has connect and read
+timeouts and a deadline; ``delivery_workers`` senders work through at most twice as many
+requests, of which one consumer host may have at most half as many as there are senders (at
+least one), so a host that hangs can hold only half the senders; a failing subscription backs
+off without blocking anyone; and only subscriptions whose head is due are claimed.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable
+from urllib.parse import urlsplit
+
+from lxml import etree
+
+from cddlm import wsa, xmlsafe
+from cddlm.application.store import Store
+from cddlm.config import Settings
+from cddlm.errors import StoreUnavailable
+from cddlm.notify import messages, outbox, topics
+from cddlm.notify.outbound import Sender
+
+log = logging.getLogger(__name__)
+MAINTENANCE_INTERVAL = 1.0
+PRUNE_INTERVAL = 60.0
+FAN_OUT_LIMIT = 1000
+
+
+class _Bounded(OrderedDict):
+    """A cache that forgets its oldest entries beyond ``size``."""
+
+    def __init__(self, size: int):
+        super().__init__()
+        self.size = size
+
+    def put(self, key, value):
+        self[key] = value
+        if len(self) > self.size:
+            self.popitem(last=False)
+        return value
+
+    def get_or(self, key, make: Callable):
+        value = self.get(key)
+        return value if value is not None else self.put(key, make())
+
+
+class Delivery:
+    def __init__(self, store: Store, settings: Settings, owner: str, *,
+                 clock: Callable[[], float] = time.time, sender: Sender | None = None):
+        self.store = store
+        self.settings = settings
+        self.owner = owner
+        self.clock = clock
+        self.sender = sender or Sender(settings)
+        self.workers = max(1, settings.delivery_workers)
+        self.budget = 2 * self.workers                  # requests sent or waiting for a sender
+        self.per_host = max(1, self.workers // 2)       # of which one consumer host may have
+        self.lease = 2 * (settings.delivery_connect_timeout + 2 * settings.delivery_timeout) + 10
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._results: queue.SimpleQueue[outbox.Outcome] = queue.SimpleQueue()
+        self._in_flight: dict[str, int] = {}
+        self._heads = _Bounded(4096)          # sub id -> (Route, head bytes)
+        self._payloads = _Bounded(16384)      # event id -> payload bytes
+        self._filters = _Bounded(4096)        # sub id -> MessageFilter
+        self._thread: threading.Thread | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._pending_outcomes: list[outbox.Outcome] = []   # found by senders, not yet recorded
+        self._next_maintenance = 0.0
+        self._next_prune = 0.0
+
+    # -- life -------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._stop.clear()
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="cddlm-notify")
+        self._thread = threading.Thread(target=self._loop, name="cddlm-dispatch", daemon=True)
+        self._thread.start()
+
+    def stop(self, grace: float = 2.0) -> None:
+        """Stop claiming, give requests in flight ``grace`` seconds, record what they found and
+        release every lease (an unfinished batch is sent again later: at least once)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            deadline = time.monotonic() + grace
+            while sum(self._in_flight.values()) and time.monotonic() < deadline:
+                self._drain(block=0.05)
+        try:
+            with self.store.write() as conn:
+                outcomes = self._pending_outcomes
+                if outcomes:
+                    outbox.record(conn, self.owner, self.clock(), outcomes, self.settings)
+                outbox.release(conn, self.owner)
+        except StoreUnavailable as e:
+            log.warning("cannot release notification leases: %s", e)
+        self._pending_outcomes = []
+        self.sender.close()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # -- the dispatcher ---------------------------------------------------------------------------
+    def _drain(self, block: float = 0.0) -> None:
+        try:
+            while True:
+                o = self._results.get(timeout=block) if block else self._results.get_nowait()
+                block = 0.0
+                host = _host(o.batch.address)
+                self._in_flight[host] -= 1
+                if not self._in_flight[host]:
+                    del self._in_flight[host]
+                self._pending_outcomes.append(o)
+        except queue.Empty:
+            pass
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            self._drain()
+            now = self.clock()
+            try:
+                wait = self._round(now)
+                if now >= self._next_maintenance:
+                    self._maintain(now)
+            except StoreUnavailable as e:
+                log.warning("notification delivery cannot reach the store: %s", e)
+                wait = 1.0
+            except Exception:
+                log.exception("notification dispatcher round failed")
+                wait = 1.0
+            if wait > 0:
+                self._wake.wait(wait)
+
+    def _round(self, now: float) -> float:
+        """One round; returns how long to sleep before the next."""
+        capacity = self.budget - sum(self._in_flight.values())
+        with self.store.single() as conn:
+            unfanned, due = outbox.pending(conn, now)
+        claimable = capacity > 0 and due is not None and due <= now
+        if not (self._pending_outcomes or unfanned or claimable):
+            return min(self.settings.delivery_poll_interval,
+                       max(0.01, due - now) if due is not None else float("inf"))
+        outcomes = self._pending_outcomes
+        reserved: dict[str, int] = {}
+
+        def take(address: str) -> bool:
+            host = _host(address)
+            if self._in_flight.get(host, 0) + reserved.get(host, 0) >= self.per_host:
+                return False
+            reserved[host] = reserved.get(host, 0) + 1
+            return True
+
+        postgres = not self.store.is_sqlite
+        with self.store.write() as conn:
+            if outcomes:
+                outbox.record(conn, self.owner, now, outcomes, self.settings)
+            fanned = outbox.fan_out(conn, now, FAN_OUT_LIMIT, postgres, self._matches)
+            batches = outbox.claim(conn, self.owner, now, self.lease, capacity,
+                                   self.settings.delivery_batch, postgres, take) if capacity > 0 else []
+            wanted = {i for b in batches for i in b.events}
+            payloads = {i: self._payloads[i] for i in wanted if i in self._payloads}
+            loaded = outbox.load_events(conn, sorted(wanted - payloads.keys())) if batches else {}
+        self._pending_outcomes = []
+        for event in loaded.values():        # each message serialized once for every subscriber
+            payloads[event.id] = self._payloads.put(event.id, _payload_bytes(event))
+        for batch in batches:
+            self._submit(batch, [payloads[i] for i in batch.events])
+        # go on at once while there is more to do; else sleep until woken (or the next poll)
+        return 0.0 if fanned >= FAN_OUT_LIMIT or batches else self.settings.delivery_poll_interval
+
+    def _submit(self, batch: outbox.Batch, payloads: list[bytes]) -> None:
+        route, head = self._heads.get_or(batch.sub_id, lambda: self._route(batch))
+        request = messages.notify_request(route, head, payloads)
+        host = _host(batch.address)
+        self._in_flight[host] = self._in_flight.get(host, 0) + 1
+        assert self._pool is not None
+        self._pool.submit(self._send, batch, request, self.clock())
+
+    def _send(self, batch: outbox.Batch, request: bytes, started: float) -> None:
+        try:
+            error = self.sender.post(batch.address, request, messages.NOTIFY_ACTION)
+        except Exception as e:   # a bug must not lose the outcome (and the in-flight slot)
+            log.exception("sending to %s failed unexpectedly", batch.address)
+            error = "internal error: %s" % type(e).__name__
+        if error is not None:
+            log.info("notification to %s failed: %s", batch.address, error)
+        self._results.put(outbox.Outcome(batch, started, error))
+        self._wake.set()
+
+    def _route(self, batch: outbox.Batch):
+        consumer = wsa.parse_epr(xmlsafe.parse(batch.consumer.encode("utf-8"))) or wsa.Reference(batch.address)
+        route = messages.Route(batch.sub_id, batch.portal, batch.producer, batch.view, batch.topic,
+                               consumer)
+        return route, route.head()
+
+    def _matches(self, sub_id: str, message_filter: str | None, event: outbox.Event) -> bool:
+        compiled = self._filters.get_or(sub_id, lambda: topics.MessageFilter.from_json(message_filter))
+        return compiled is None or compiled.matches(messages.payload(event.topic, event.data))
+
+    def _maintain(self, now: float) -> None:
+        self._next_maintenance = now + MAINTENANCE_INTERVAL
+        prune = now >= self._next_prune
+        with self.store.single() as conn:
+            expirable = outbox.expirable(conn, now)
+            unwanted = outbox.unwanted(conn, now)
+        if not (expirable or unwanted or prune):
+            return
+        with self.store.write() as conn:
+            if expirable:
+                outbox.expire(conn, now)
+            if unwanted:
+                outbox.mark_unwanted(conn, now)
+            if prune:
+                self._next_prune = now + PRUNE_INTERVAL
+                outbox.prune_events(conn, now, self.settings.event_retention_seconds)
+
+
+def _payload_bytes(event: outbox.Event) -> bytes:
+    return etree.tostring(messages.payload(event.topic, event.data))
+
+
+def _host(address: str) -> str:
+    try:
+        return urlsplit(address).netloc.lower()
+    except ValueError:
+        return address

@@ -1,0 +1,119 @@
+"""Subscription rows: what the use cases read and write (the delivery queue is ``outbox``).
+
+Functions take an open connection, so the caller decides the transaction: the subscribe
+option's subscription commits with the application it subscribes to.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, fields
+from typing import Any
+
+from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy.engine import Connection
+
+from cddlm.application import repository as repo
+from cddlm.application.tables import deliveries, events, subscriptions
+from cddlm.notify.parse import SubscribeRequest
+
+ACTIVE, FAILED, ENDED = "active", "failed", "ended"
+LIVE = (ACTIVE, ENDED)          # still delivering (ended: its producer is gone, queue draining)
+
+
+@dataclass
+class Subscription:
+    id: str
+    producer: str
+    producer_view: str | None
+    portal: str
+    topic: str
+    filter_xml: str
+    message_filter: str | None
+    consumer: str
+    consumer_address: str
+    created: float
+    termination_time: float | None
+    start_seq: int
+    paused: bool
+    status: str
+    failure: str | None
+    due: float | None
+    attempts: int
+    failing_since: float | None
+    last_error: str | None
+    owner: str | None
+    lease_expires: float | None
+    delivered: int
+    last_delivered: float | None
+    undelivered: int = 0
+
+    @property
+    def state(self) -> str:
+        """active | paused | failed | ended, as ``api:subscriptionStatus`` reports it."""
+        return "paused" if self.paused and self.status == ACTIVE else self.status
+
+
+_COLUMNS = [f.name for f in fields(Subscription) if f.name != "undelivered"]
+_GET = select(*[subscriptions.c[n] for n in _COLUMNS],
+              select(func.count()).select_from(deliveries)
+              .where(deliveries.c.subscription_id == subscriptions.c.id)
+              .scalar_subquery().label("undelivered")) \
+    .where(subscriptions.c.id == bindparam("sid"))
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def insert_subscription(conn: Connection, request: SubscribeRequest, producer: str,
+                        view: str | None, portal: str, start_seq: int, now: float) -> str:
+    sub_id = new_id()
+    conn.execute(insert(subscriptions).values(
+        id=sub_id, producer=producer, producer_view=view, portal=portal,
+        topic=request.filter.topic, filter_xml=request.filter.xml,
+        message_filter=request.filter.message_filter_json(), consumer=request.consumer_xml,
+        consumer_address=request.consumer.address, created=now,
+        termination_time=request.termination_time, start_seq=start_seq, paused=False,
+        status=ACTIVE, attempts=0, delivered=0))
+    return sub_id
+
+
+def get(conn: Connection, sub_id: str) -> Subscription | None:
+    row = conn.execute(_GET, {"sid": sub_id}).first()
+    return Subscription(**row._mapping) if row is not None else None
+
+
+def change(conn: Connection, sub_id: str, **values: Any) -> int:
+    return conn.execute(update(subscriptions).where(subscriptions.c.id == sub_id)
+                        .values(**values)).rowcount
+
+
+def remove(conn: Connection, sub_id: str) -> int:
+    """Delete a subscription and its queue (Unsubscribe, Destroy)."""
+    conn.execute(delete(deliveries).where(deliveries.c.subscription_id == sub_id))
+    return conn.execute(delete(subscriptions).where(subscriptions.c.id == sub_id)).rowcount
+
+
+def lock_sequence(conn: Connection, app_id: str) -> int | None:
+    """The application's last event sequence, with its row locked until commit, so no state
+    change commits between reading it and the subscription that starts after it."""
+    app = repo.lock_app(conn, app_id)
+    return app.event_seq if app is not None else None
+
+
+def producer_gone(conn: Connection, app_id: str) -> None:
+    """The application is destroyed: its subscriptions deliver what is queued (and its last
+    events, which may not be fanned out yet), then ``outbox.end_drained`` removes them."""
+    conn.execute(update(subscriptions).where(subscriptions.c.producer == app_id,
+                                             subscriptions.c.status == ACTIVE)
+                 .values(status=ENDED))
+
+
+def latest_event(conn: Connection, producer: str, topic: str) -> dict | None:
+    row = conn.execute(select(events.c.message).where(events.c.producer == producer,
+                                                      events.c.topic == topic)
+                       .order_by(events.c.id.desc()).limit(1)).first()
+    return json.loads(row[0]) if row is not None else None
+

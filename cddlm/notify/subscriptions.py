@@ -1,0 +1,125 @@
+"""The use cases of WS-BaseNotification: subscribe (through the SOAP operation or the create
+option), the subscription manager's operations, and GetCurrentMessage.
+
+Errors are domain errors: ``NotificationError`` names the wsnt fault, ``ResourceUnknown`` a
+subscription that does not exist (or has expired). Every check happens before the write
+transaction, so a refused request changes nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from lxml import etree
+from sqlalchemy.engine import Connection
+
+from cddlm.application.options import Option
+from cddlm.application.repository import View
+from cddlm.application.store import Store
+from cddlm.config import Settings
+from cddlm.errors import BadArgument, NotificationError, ResourceUnknown
+from cddlm.notify import messages, parse, records, topics
+from cddlm.notify.outbound import Resolver, check_address, resolve
+from cddlm.notify.records import FAILED, Subscription
+
+
+class Subscriptions:
+    def __init__(self, store: Store, settings: Settings, *, clock: Callable[[], float] = time.time,
+                 resolver: Resolver = resolve):
+        self.store = store
+        self.settings = settings
+        self.clock = clock
+        self.resolver = resolver
+        self.on_change: list[Callable[[], None]] = []   # woken when deliveries may resume
+
+    def _check(self, request: parse.SubscribeRequest) -> parse.SubscribeRequest:
+        check_address(request.consumer.address, self.settings.consumer_networks, self.resolver)
+        return request
+
+    # -- the create option (called by Service.create) ----------------------------------------------
+    def prepare(self, option: Option, now: float) -> parse.SubscribeRequest:
+        """Read and check the option before the create transaction (a create fault otherwise)."""
+        try:
+            return self._check(parse.read_option(option, now, self.settings.default_subscription_seconds))
+        except NotificationError as e:
+            raise BadArgument("option %s: %s" % (option.name, e.message)) from None
+
+    def insert(self, conn: Connection, request: parse.SubscribeRequest, app_id: str, view: View,
+               portal: str, now: float) -> str:
+        """In the create transaction: the subscription receives every event from sequence 1."""
+        return records.insert_subscription(conn, request, app_id, view.id, portal, 0, now)
+
+    def producer_gone(self, conn: Connection, app_id: str, now: float) -> None:
+        records.producer_gone(conn, app_id)
+
+    # -- NotificationProducer -----------------------------------------------------------------
+    def subscribe(self, body: etree._Element, kind: str, producer: str, view: str | None,
+                  portal: str) -> Subscription:
+        """A ``wsnt:Subscribe`` sent to the portal (``producer`` "portal") or to an application
+        view (``producer`` its id, ``view`` the view's id)."""
+        now = self.clock()
+        request = self._check(parse.read_subscribe(body, kind, now,
+                                                   self.settings.default_subscription_seconds))
+        with self.store.write() as conn:
+            start = 0
+            if kind == topics.APPLICATION:
+                start = records.lock_sequence(conn, producer)
+                if start is None:
+                    raise ResourceUnknown("application %s does not exist" % producer)
+            sub_id = records.insert_subscription(conn, request, producer, view, portal, start, now)
+            return records.get(conn, sub_id)
+
+    def current_message(self, topic_el: etree._Element, kind: str, producer: str) -> etree._Element:
+        topic = topics.topic_of(topic_el, kind)
+        with self.store.read() as conn:
+            data = records.latest_event(conn, producer, topic)
+        if data is None:
+            raise NotificationError("NoCurrentMessageOnTopicFault",
+                                    "nothing has been published on %s yet" % topic)
+        return messages.payload(topic, data)
+
+    # -- SubscriptionManager --------------------------------------------------------------------
+    def get(self, sub_id: str) -> Subscription:
+        with self.store.read() as conn:
+            sub = records.get(conn, sub_id)
+        if sub is None or (sub.termination_time is not None and sub.termination_time <= self.clock()):
+            raise ResourceUnknown("no subscription %s" % sub_id)
+        return sub
+
+    def renew(self, sub_id: str, requested: etree._Element) -> tuple[float | None, float]:
+        """A new termination time; returns it and the current time."""
+        now = self.clock()
+        self.get(sub_id)
+        when = parse.requested_time(requested, now, "UnacceptableTerminationTimeFault")
+        self._change(sub_id, termination_time=when)
+        return when, now
+
+    def unsubscribe(self, sub_id: str) -> None:
+        self.get(sub_id)
+        with self.store.write() as conn:
+            if not records.remove(conn, sub_id):
+                raise ResourceUnknown("no subscription %s" % sub_id)
+
+    def pause(self, sub_id: str) -> None:
+        sub = self.get(sub_id)
+        if sub.status == FAILED:
+            raise NotificationError("PauseFailedFault", "the subscription has failed: %s" % sub.failure)
+        self._change(sub_id, paused=True)
+
+    def resume(self, sub_id: str) -> None:
+        """Deliver again, from the first message queued while paused (a failure streak before
+        the pause counts from now)."""
+        sub = self.get(sub_id)
+        if sub.status == FAILED:
+            raise NotificationError("ResumeFailedFault", "the subscription has failed (%s); "
+                                    "subscribe again" % sub.failure)
+        if sub.paused:
+            self._change(sub_id, paused=False, failing_since=None)
+        for callback in self.on_change:
+            callback()
+
+    def _change(self, sub_id: str, **values) -> None:
+        with self.store.write() as conn:
+            if not records.change(conn, sub_id, **values):
+                raise ResourceUnknown("no subscription %s" % sub_id)
