@@ -14,6 +14,7 @@ import time
 import urllib.request
 from typing import Callable
 
+from cddlm import httpserver
 from cddlm.application.enactment.engine import Engine
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
@@ -68,6 +69,7 @@ class Portal:
                                settings.limits, self.portal_url)
         self.scheduler = None
         self.server = None
+        self._http_thread = None
         self._stopped = threading.Event()
 
     def portal_url(self) -> str:
@@ -93,9 +95,7 @@ class Portal:
             return
         self._stopped.set()
         if self.server is not None:
-            # finish the requests in hand before the server's trigger goes away
-            self.server.task_dispatcher.shutdown(cancel_pending=True, timeout=5)
-            self.server.close()
+            httpserver.stop(self.server, self._http_thread)
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
         self.delivery.stop()
@@ -121,8 +121,7 @@ class Portal:
         """Run until ``stop()``; call ``ready(endpoint)`` once the portal answers requests."""
         server = self.server or self.bind()
         self.start()
-        thread = threading.Thread(target=server.run, name="cddlm-http", daemon=True)
-        thread.start()
+        thread = self._http_thread = httpserver.start(server, "cddlm-http")
         self._wait_answering()
         if ready is not None:
             ready(self.endpoint)

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from cddlm import ns, wsa, xmlsafe
+from cddlm import httpserver, ns, wsa, xmlsafe
 from cddlm.errors import BadArgument
 
 ENV = "{%s}" % ns.SOAP11_ENV
@@ -107,16 +107,13 @@ class Listener:
         self._server = create_server(self, host=self.host, port=self.port, threads=4,
                                      ident="cddlm-listener", clear_untrusted_proxy_headers=True)
         self.port = int(self._server.effective_port)
-        self._thread = threading.Thread(target=self._server.run, name="cddlm-listener", daemon=True)
-        self._thread.start()
+        self._thread = httpserver.start(self._server, "cddlm-listener")
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            stop_server(self._server)
+            stop_server(self._server, self._thread)
             self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
             self._thread = None
 
     def __enter__(self) -> "Listener":
@@ -180,17 +177,9 @@ class Listener:
         return True
 
 
-def stop_server(server) -> None:
-    """Stop a waitress server at once: its listening socket and every open connection (the
-    portal keeps connections alive, and the server's loop runs while any is open)."""
-    server.task_dispatcher.shutdown(timeout=1)
-    server.close()
-    for channel in list(server._map.values()):
-        try:
-            channel.handle_close()
-        except OSError:
-            pass
-    server._map.clear()
+def stop_server(server, thread=None) -> None:
+    """Stop a waitress server at once (see ``cddlm.httpserver``)."""
+    httpserver.stop(server, thread, timeout=1)
 
 
 def _answer(start_response, status: str, body: bytes):

@@ -15,6 +15,7 @@ from lxml import etree
 from cddlm import ns
 from cddlm.application.options import Option
 from cddlm.application.service import DescriptorInput
+from cddlm import httpserver
 from cddlm.listener import Event, Listener, stop_server
 from tests.conftest import WsgiClient, free_port, shared_dir
 from tests.schemas import validate_envelope
@@ -33,13 +34,11 @@ def wsgi_server(app, port: int = 0) -> Iterator[str]:
     """Serve a WSGI callable on loopback; yields its base URL."""
     from waitress.server import create_server
     server = create_server(app, host="127.0.0.1", port=port, threads=4)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
+    thread = httpserver.start(server, "test-server")
     try:
         yield "http://127.0.0.1:%d" % int(server.effective_port)
     finally:
-        stop_server(server)
-        thread.join(timeout=5)
+        stop_server(server, thread)
 
 
 @contextlib.contextmanager
