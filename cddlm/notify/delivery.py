@@ -136,6 +136,10 @@ class Delivery:
             now = self.clock()
             try:
                 wait = self._round(now)
+                if wait > 0:
+                    # an idle round: the next wake-up (one per state change, hundreds a second
+                    # under load) need not come sooner than IDLE_GAP; a busy one goes on at once
+                    self._stop.wait(IDLE_GAP)
                 if now >= self._next_maintenance:
                     self._maintain(now)
             except StoreUnavailable as e:
@@ -229,6 +233,9 @@ class Delivery:
             if prune:
                 self._next_prune = now + PRUNE_INTERVAL
                 outbox.prune_events(conn, now, self.settings.event_retention_seconds)
+
+
+IDLE_GAP = 0.02   # seconds between rounds that found nothing to do
 
 
 def _payload_bytes(event: outbox.Event) -> bytes:

@@ -223,12 +223,15 @@ def release(conn: Connection, owner: str) -> None:
 
 # -- looking and cleaning -----------------------------------------------------------------------
 _SUBSCRIBED = exists().where(_MATCHES)                      # some subscription is owed it
+_ANY_LIVE = select(s.id).where(s.status.in_(LIVE)).limit(1)
 
 
 def pending(conn: Connection, now: float) -> tuple[bool, float | None]:
     """Whether events some subscription may want wait for fan-out, and when the next
     claimable subscription is due (reads only: most events have no subscriber, and an idle
     dispatcher should not take the write lock the engine needs)."""
+    if conn.execute(_ANY_LIVE).first() is None:
+        return False, None   # nobody subscribes to anything: nothing to fan out or send
     wanted = conn.execute(select(e.id).where(_UNFANNED, _SUBSCRIBED).limit(1), {"now": now}).first()
     due = conn.execute(select(func.min(s.due)).where(
         s.due.is_not(None), s.paused.is_(False), s.status.in_(LIVE),

@@ -141,9 +141,13 @@ class Engine:
         while not self._stop.is_set():
             try:
                 now = self.clock()
-                with self.store.write() as conn:
-                    items = queue.claim(conn, self.id, now, self.settings.lease_seconds, 1,
-                                        not self.store.is_sqlite)
+                with self.store.single() as conn:
+                    due = queue.any_due(conn, now)
+                items = []
+                if due:
+                    with self.store.write() as conn:
+                        items = queue.claim(conn, self.id, now, self.settings.lease_seconds, 1,
+                                            not self.store.is_sqlite)
             except StoreUnavailable as e:
                 log.warning("cannot claim work: %s", e)
                 self._stop.wait(1.0)

@@ -60,6 +60,15 @@ def supersede(conn: Connection, app_id: str, generation: int) -> None:
     conn.execute(_SUPERSEDE, {"app_id": app_id, "generation": generation})
 
 
+_ANY_DUE = select(work.c.id).where(work.c.not_before <= bindparam("now"),
+                                   or_(work.c.owner.is_(None), work.c.lease_expires < bindparam("now"))).limit(1)
+
+
+def any_due(conn: Connection, now: float) -> bool:
+    """Whether some item may be claimable now (a read: idle workers look before they lock)."""
+    return conn.execute(_ANY_DUE, {"now": now}).first() is not None
+
+
 def claim(conn: Connection, owner: str, now: float, lease: float, limit: int,
           postgres: bool) -> list[Item]:
     other = aliased(work)
