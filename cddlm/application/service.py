@@ -29,7 +29,7 @@ from cddlm.application.placing import Placer
 from cddlm.application.store import Store
 from cddlm.application.tables import components as components_table, hosts as hosts_table
 from cddlm.config import Settings
-from cddlm.errors import (BadArgument, NoSuchApplication, ResolutionError, ResourceUnknown,
+from cddlm.errors import (BadArgument, DeploymentFailed, NoSuchApplication, ResolutionError, ResourceUnknown,
                           UnableToSetTerminationTime)
 from cddlm.lang import library, registry
 from cddlm.lang.model import Deployment
@@ -233,6 +233,10 @@ class Service:
                                      allowed_prefixes=self.settings.allowed_import_prefixes,
                                      limits=self.settings.limits, version=descriptor.version)
         deployment = result.deployment
+        delegated = [p for p, c in deployment.walk() if c.type == "delegate"]
+        if delegated:
+            raise DeploymentFailed("component %s is a delegate: this portal cannot delegate to "
+                                   "another portal yet" % ", ".join(delegated))
         with self.store.read() as conn:
             used = self._used_capacity(conn)
             down = self._down_hosts(conn)
