@@ -19,7 +19,6 @@ import argparse
 import http.client
 import multiprocessing as mp
 import os
-import statistics
 import subprocess
 import sys
 import tempfile

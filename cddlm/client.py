@@ -35,8 +35,11 @@ from zeep.transports import Transport
 
 from cddlm import ns, xmlsafe
 from cddlm.errors import ClientError
-from cddlm.listener import Event, Listener  # noqa: F401  (the notification consumer)
+from cddlm.listener import Event, Listener
 from cddlm.notify.topics import topic_element
+
+__all__ = ["Application", "Event", "Listener", "Portal", "PortalFault", "Reference", "Subscription",
+           "Unreachable"]
 
 A = "{%s}" % ns.API
 APP_BINDING = "{%s}ApplicationBinding" % ns.API_WSDL

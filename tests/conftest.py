@@ -131,7 +131,6 @@ def portal(tmp_path):
 
 def _terminate_all(p) -> None:
     """Stop every component a test left running, so no process outlives the test."""
-    from cddlm.application import repository as repo
     from cddlm.application.tables import applications
     from sqlalchemy import select
     with p.store.read() as conn:

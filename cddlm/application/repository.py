@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection
 
 from cddlm import ns
 from cddlm.application import lifecycle
-from cddlm.application.tables import applications, components, events, history, views, work
+from cddlm.application.tables import applications, components, events, history, hosts, views, work
 
 LIFECYCLE_TOPIC = ns.LIFECYCLE_TOPIC
 CREATED_TOPIC = ns.CREATED_TOPIC
@@ -299,6 +299,13 @@ def get_history(conn: Connection, app_id: str) -> list[tuple[int, str, float, st
     return [tuple(r) for r in conn.execute(
         select(history.c.seq, history.c.state, history.c.at, history.c.info)
         .where(history.c.app_id == app_id).order_by(history.c.seq))]
+
+
+# -- hosts --------------------------------------------------------------------------------------
+def down_hosts(conn: Connection) -> dict[str, str | None]:
+    """The hosts marked down, with the reason given."""
+    return {name: reason for name, reason in conn.execute(
+        select(hosts.c.name, hosts.c.reason).where(hosts.c.down))}
 
 
 # -- components -------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from cddlm.application import descriptors, lifecycle, options as opts
 from cddlm.application import repository as repo
 from cddlm.application.enactment import queue, states
 from cddlm.application.enactment.reconcile import reconcile
+from cddlm.application.enactment.values import RESOLVED_RUNTIME, HostValues
 from cddlm.application.hosts import Hosts
 from cddlm.application.loader import Loader
 from cddlm.application.placing import Placer
@@ -31,7 +32,7 @@ from cddlm.application.tables import components as components_table, hosts as ho
 from cddlm.config import Settings
 from cddlm.errors import (BadArgument, DeploymentFailed, NoSuchApplication, ResolutionError, ResourceUnknown,
                           UnableToSetTerminationTime)
-from cddlm.lang import library, registry
+from cddlm.lang import registry
 from cddlm.lang.model import Deployment
 from cddlm.xsdtypes import parse_time
 
@@ -174,8 +175,7 @@ class Service:
             counts = repo.count_by_state(conn)
             pending = queue.depth(conn)
             undelivered = conn.execute(select(func.count()).select_from(deliveries)).scalar() or 0
-            down = {n: r for n, d, r in conn.execute(select(hosts_table.c.name, hosts_table.c.down,
-                                                            hosts_table.c.reason)) if d}
+            down = repo.down_hosts(conn)
             used = self._used_capacity(conn)
         hosts = []
         for h in self.hosts.hosts.values():
@@ -239,8 +239,10 @@ class Service:
                                    "another portal yet" % ", ".join(delegated))
         with self.store.read() as conn:
             used = self._used_capacity(conn)
-            down = self._down_hosts(conn)
+            down = set(repo.down_hosts(conn))
         placement, audit = self.placer.place(deployment, used, down, app.hostname)
+        for path, where in placement.items():   # what each placed component holds, for _used_capacity
+            where["demand"] = dict(deployment.find(path).attributes.get("demand") or {})
         validate_only = understood.get(opts.VALIDATE_ONLY)
         if validate_only is not None and validate_only.value:
             return
@@ -297,17 +299,13 @@ class Service:
         used: dict[str, dict[str, float]] = {}
         if self.hosts.datacenter is None:
             return used
-        rows = conn.execute(select(applications.c.placement, applications.c.deployment)
+        rows = conn.execute(select(applications.c.placement)
                             .where(applications.c.state != lifecycle.TERMINATED,
                                    applications.c.placement.is_not(None)))
-        for placement_json, deployment_json in rows:
-            placement = json.loads(placement_json).get("components", {})
-            tree = Deployment.from_json(json.loads(deployment_json or "{}"))
-            for path, where in placement.items():
-                comp = tree.find(path)
-                demand = (comp.attributes.get("demand") if comp else None) or {}
+        for (placement_json,) in rows:
+            for where in json.loads(placement_json).get("components", {}).values():
                 slot = used.setdefault(where.get("provider") or where.get("host"), {})
-                for dim, amount in demand.items():
+                for dim, amount in (where.get("demand") or {}).items():
                     slot[dim] = slot.get(dim, 0.0) + float(amount)
         return used
 
@@ -394,12 +392,6 @@ class Service:
     def ping(self, app_id: str) -> Ping:
         health = self.engine.check_app(app_id) if self.engine is not None else []
         app = self.get(app_id)
-        if not health:
-            with self.store.read() as conn:
-                health = [{"path": c.path, "type": c.type, "host": c.host, "state": c.observed,
-                           "healthy": c.observed != states.FAILED, "pid": c.pid,
-                           "restarts": c.restarts, "detail": c.info or ""}
-                          for c in repo.get_components(conn, app_id)]
         return Ping(app.state, app.state_info, app.termination_info, health)
 
     def resolve(self, app_id: str, path: str) -> Any:
@@ -412,7 +404,6 @@ class Service:
         tree = Deployment.from_json(app.deployment)
         with self.store.read() as conn:
             comps = repo.get_components(conn, app_id)
-        from cddlm.application.enactment.values import HostValues
         rows = {c.path: c for c in comps}
         node = tree.find(path) if path else None
         host_of = lambda p: (rows[p].host if p in rows else "") or ""
@@ -425,7 +416,7 @@ class Service:
                     out[key] = values.value(value)
                 except ResolutionError:
                     out[key] = None
-            for name in ("pid", "host", "workdir", "port", "state", "exit_code", "location"):
+            for name in RESOLVED_RUNTIME:
                 if name not in out:
                     runtime = values.runtime(path, name)
                     if runtime is not None:
@@ -448,10 +439,6 @@ class Service:
                                                          updated=now))
         if down and self.engine is not None:
             self.engine.check_all(host=name)
-
-    def _down_hosts(self, conn) -> set[str]:
-        return {r[0] for r in conn.execute(select(hosts_table.c.name).where(hosts_table.c.down))}
-
 
 def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()

@@ -120,8 +120,7 @@ class Store:
                 yield conn
                 conn.commit()   # ends SQLAlchemy's marker; AUTOCOMMIT means no database work
         except BaseException:
-            self._local.conn = None
-            conn.invalidate() if conn.invalidated is False and conn.closed is False else None
+            self._local.conn = None   # a failed connection is not reused; the next read opens one
             conn.close()
             raise
 

@@ -19,7 +19,7 @@ they are checked on the host once resolved.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from cddlm.errors import DescriptorError

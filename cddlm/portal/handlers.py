@@ -19,6 +19,7 @@ from cddlm.application.service import Service
 from cddlm.errors import BadArgument, ResourceUnknown
 from cddlm.lang import registry
 from cddlm.notify import topics
+from cddlm.notify.messages import termination_info
 from cddlm.portal import messages as m
 from cddlm.portal import properties as rp
 from cddlm.portal.soap import Endpoint, Operation, Request
@@ -195,7 +196,7 @@ class Handlers:
                 c.set("pid", str(h["pid"]))
             c.set("restarts", str(h.get("restarts") or 0))
         if result.termination_info:
-            out.append(m.termination_element(result.termination_info))
+            out.append(termination_info(result.termination_info))
         return out
 
     def resolve(self, req: Request) -> etree._Element:
@@ -240,7 +241,7 @@ class Handlers:
             m.q("deploymentInfo"): lambda: [self.deployment_info(app)],
             m.q("state"): lambda: [m.element("state", value=app.state)],
             m.q("stateInfo"): lambda: [m.element("stateInfo", value=app.state_info)] if app.state_info else [],
-            m.q("terminationInfo"): lambda: [m.termination_element(app.termination_info)]
+            m.q("terminationInfo"): lambda: [termination_info(app.termination_info)]
             if app.termination_info else [],
             m.q("created"): lambda: [m.timestamp("created", app.created)],
             m.q("started"): lambda: [m.timestamp("started", app.started)] if app.started else [],

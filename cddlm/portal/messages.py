@@ -12,7 +12,6 @@ from cddlm.application.options import Option
 from cddlm.application.repository import View
 from cddlm.application.service import APP_PATH, DescriptorInput
 from cddlm.errors import BadArgument
-from cddlm.notify.messages import termination_info as termination_element  # noqa: F401
 from cddlm.xmlsafe import clean
 from cddlm.xsdtypes import format_datetime, parse_boolean
 

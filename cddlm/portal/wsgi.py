@@ -120,7 +120,6 @@ class Router:
         environ["CONTENT_LENGTH"] = str(len(data))
         environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "").rstrip("/") + mount
         environ["PATH_INFO"] = environ.get("PATH_INFO", "")[len(mount):]
-        environ.setdefault("CONTENT_TYPE", "text/xml; charset=utf-8")
         if not environ.get("CONTENT_TYPE"):
             environ["CONTENT_TYPE"] = "text/xml; charset=utf-8"
         return self.apps[mount](environ, start_response)

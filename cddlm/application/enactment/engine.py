@@ -20,6 +20,8 @@ import time
 import uuid
 from typing import Callable
 
+from sqlalchemy import select
+
 from cddlm.application import lifecycle
 from cddlm.application import repository as repo
 from cddlm.application.enactment import queue, states
@@ -29,7 +31,7 @@ from cddlm.application.enactment.values import HostValues
 from cddlm.application.enactment.watch import ExitWatcher
 from cddlm.application.hosts import Hosts
 from cddlm.application.store import Store
-from cddlm.application.tables import components, hosts as hosts_table
+from cddlm.application.tables import components
 from cddlm.config import Settings
 from cddlm.errors import CddlmError, StoreUnavailable
 from cddlm.lang.model import Deployment
@@ -115,13 +117,10 @@ class Engine:
                 self._trees[key] = tree
         return tree
 
-    def host_down(self, conn, host: str | None) -> str | None:
-        from sqlalchemy import select
-        row = conn.execute(select(hosts_table.c.down, hosts_table.c.reason)
-                           .where(hosts_table.c.name == host)).first()
-        if row and row.down:
-            return "host %s is down%s" % (host, ": " + row.reason if row.reason else "")
-        return None
+    @staticmethod
+    def host_down(conn, host: str | None) -> str | None:
+        down = repo.down_hosts(conn)
+        return _down_message(host, down[host]) if host in down else None
 
     def values(self, app: repo.App, comps: list[repo.Component], comp: repo.Component) -> HostValues:
         runner = self.runners.get(comp.host or "")
@@ -346,73 +345,85 @@ class Engine:
 
     def check_component(self, app_id: str, path: str) -> dict | None:
         """Check one component now; record a failure. Returns its health entry."""
+        found = self._check(app_id, {path})
+        return found[0] if found else None
+
+    def check_app(self, app_id: str) -> list[dict]:
+        return self._check(app_id)
+
+    def _check(self, app_id: str, paths: set[str] | None = None) -> list[dict]:
+        """Check an application's running components (those in ``paths``, or all), reading
+        its components and the down hosts once, and record every failure in one transaction.
+        Returns a health entry per component checked."""
         with self.store.read() as conn:
             app = repo.get_app(conn, app_id)
             comps = repo.get_components(conn, app_id) if app else []
-            comp = next((c for c in comps if c.path == path), None)
-            down = self.host_down(conn, comp.host) if comp else None
-        if app is None or comp is None:
-            return None
-        outcome = None
-        if comp.observed in (states.RUNNING,) and comp.type not in states.CONTAINERS:
+            down = repo.down_hosts(conn) if comps else {}
+        chosen = [c for c in comps if paths is None or c.path in paths]
+        outcomes: dict[str, Outcome] = {}
+        for comp in chosen:
+            if comp.observed != states.RUNNING or comp.type in states.CONTAINERS:
+                continue
             runner = self.runners.get(comp.host or "")
-            if down:
-                outcome = Outcome("failed", down)
+            if comp.host in down:
+                outcomes[comp.path] = Outcome("failed", _down_message(comp.host, down[comp.host]))
             elif runner is not None:
                 try:
                     target = self._target(app, comps, comp)
                 except CddlmError as e:
-                    outcome = Outcome("failed", str(e))
+                    outcomes[comp.path] = Outcome("failed", str(e))
                 else:
                     outcome = runner.check(target, comp.pid, comp.pid_start)
-        if outcome is not None:
+                    if outcome is not None:
+                        outcomes[comp.path] = outcome
+        recorded: set[str] = set()
+        if outcomes:
             now = self.clock()
             with self.store.write() as conn:
-                app2 = repo.lock_app(conn, app_id)
-                current = repo.get_component(conn, app_id, path)
-                if current is None or app2 is None or current.observed != comp.observed \
-                        or current.pid != comp.pid:
-                    return _health(comp, None)
-                before = app2.event_seq
-                self._apply(conn, app2, current, outcome, now)
-                after, added = reconcile(conn, app_id, now)
+                current_app = repo.lock_app(conn, app_id)
+                before = current_app.event_seq if current_app else 0
+                for comp in chosen:
+                    if comp.path not in outcomes or current_app is None:
+                        continue
+                    current = repo.get_component(conn, app_id, comp.path)
+                    if current is None or current.observed != comp.observed or current.pid != comp.pid:
+                        continue   # changed meanwhile: this report is stale
+                    self._apply(conn, current_app, current, outcomes[comp.path], now)
+                    recorded.add(comp.path)
+                after, added = reconcile(conn, app_id, now) if recorded else (current_app, False)
             self._after(added, after is not None and after.event_seq != before)
-        return _health(comp, outcome)
-
-    def check_app(self, app_id: str) -> list[dict]:
-        with self.store.read() as conn:
-            paths = [c.path for c in repo.get_components(conn, app_id)]
-        return [h for h in (self.check_component(app_id, p) for p in paths) if h is not None]
+        return [_health(c, outcomes.get(c.path) if c.path in recorded else None) for c in chosen]
 
     def check_all(self, host: str | None = None) -> None:
         """The scheduled liveness pass over every running component (of one host if given)."""
-        from sqlalchemy import select
         query = select(components.c.app_id, components.c.path).where(
             components.c.observed == states.RUNNING, components.c.type.not_in(list(states.CONTAINERS)))
         if host is not None:
             query = query.where(components.c.host == host)
         with self.store.read() as conn:
             rows = conn.execute(query).all()
+        by_app: dict[str, set[str]] = {}
         for app_id, path in rows:
+            by_app.setdefault(app_id, set()).add(path)
+        for app_id, paths in by_app.items():
             if self._stop.is_set():
                 return
             try:
-                self.check_component(app_id, path)
+                self._check(app_id, paths)
             except StoreUnavailable as e:
                 log.warning("liveness check skipped: %s", e)
                 return
             except Exception:
-                log.exception("liveness check of %s %s failed", app_id, path)
+                log.exception("liveness check of %s failed", app_id)
 
     def _readopt(self) -> None:
         """After a restart: watch the processes recorded as running, so deaths are prompt."""
-        from sqlalchemy import select
         with self.store.read() as conn:
             rows = conn.execute(select(components.c.app_id, components.c.path, components.c.pid,
-                                       components.c.pid_start, components.c.host)
+                                       components.c.host)
                                 .where(components.c.observed == states.RUNNING,
                                        components.c.pid.is_not(None))).all()
-        for app_id, path, pid, _started, host in rows:
+        for app_id, path, pid, host in rows:
             if host in self.runners and self.watcher and not self.watcher.watch(pid, (app_id, path)):
                 self.check_component(app_id, path)
 
@@ -435,10 +446,13 @@ class Engine:
             runner.remove_app(app_id)
 
 
+def _down_message(host: str | None, reason: str | None) -> str:
+    return "host %s is down%s" % (host, ": " + reason if reason else "")
+
+
 def _health(comp: repo.Component, outcome: Outcome | None) -> dict:
-    failed = outcome is not None and outcome.event == "failed"
-    state = states.FAILED if failed else comp.observed
-    healthy = state not in (states.FAILED,) and not (outcome and outcome.event == "failed")
+    """A component's health as ping reports it; ``outcome`` is a failure just recorded."""
+    state = states.FAILED if outcome is not None and outcome.event == "failed" else comp.observed
     return {"path": comp.path, "type": comp.type, "host": comp.host, "state": state,
-            "healthy": healthy, "pid": comp.pid, "restarts": comp.restarts,
+            "healthy": state != states.FAILED, "pid": comp.pid, "restarts": comp.restarts,
             "detail": (outcome.info if outcome else comp.info) or ""}

@@ -11,8 +11,8 @@ from cddlm.application.enactment import procfs
 from cddlm.errors import ResolutionError
 from cddlm.lang.model import Component as Node, Deployment, Lazy
 
-RUNTIME_NAMES = ("pid", "host", "workdir", "port", "ports", "state", "exit_code", "exit_signal",
-                 "restarts", "location", "executable")
+# the runtime values ``resolve`` adds to a component's attributes
+RESOLVED_RUNTIME = ("pid", "host", "workdir", "port", "state", "exit_code", "location")
 
 
 class HostValues:
