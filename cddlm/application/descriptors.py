@@ -15,18 +15,11 @@ from cddlm.errors import BadArgument, DescriptorError, ResolutionError
 from cddlm.lang import library, registry
 from cddlm.application.loader import Loader
 
-EXTENSIONS = {".cdl": ns.CDL, ".xml": ns.NATIVE, ".yaml": "hot", ".yml": "hot", ".json": "hot"}
+EXTENSIONS = {".cdl": ns.CDL, ".xml": ns.NATIVE, ".yaml": ns.HOT, ".yml": ns.HOT, ".json": ns.HOT}
 
 
 def guess_language(path: str) -> str:
-    ext = os.path.splitext(path)[1].lower()
-    uri = EXTENSIONS.get(ext, ns.NATIVE)
-    if uri == "hot":
-        hot = [l for l in registry.languages() if l.body == "text"]
-        if not hot:
-            raise BadArgument("no language for %s files is available" % ext)
-        return hot[0].uri
-    return uri
+    return EXTENSIONS.get(os.path.splitext(path)[1].lower(), ns.NATIVE)
 
 
 def resolve(source, language: str, *, base_url: str | None = None, properties=None,

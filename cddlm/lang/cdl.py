@@ -210,7 +210,7 @@ class _Resolver:
             system = etree.SubElement(self.doc_roots[0], SYSTEM)
         for el in reversed(self.system_extending):
             self.merge(el)
-        self.settle_all(system)
+        self.settle_below(system, inclusive=True)
         deployment = cdl_components.to_deployment(system, self)
         return Resolution(deployment, lambda: self.display(system), tuple(sorted(self.used)))
 
@@ -573,9 +573,10 @@ class _Resolver:
             el.text = None if len(el) else template.text
 
     # -- phase 4: values -----------------------------------------------------------------------
-    def settle_all(self, system: etree._Element) -> None:
-        for el in _PENDING_IN(system):
-            if el.get(_PENDING) is not None:
+    def settle_below(self, top: etree._Element, *, inclusive: bool = False) -> None:
+        """Settle every value pending under ``top`` (and ``top`` itself when ``inclusive``)."""
+        for el in (_PENDING_IN if inclusive else _PENDING_BELOW)(top):
+            if el.get(_PENDING) is not None:   # settling an earlier one may have settled it
                 self.settle(el)
 
     def settle(self, el: etree._Element) -> None:
@@ -671,9 +672,7 @@ class _Resolver:
         if size is None:
             # settle what the target holds first (el itself among it is a loop); a settled
             # subtree never changes again, so its size is remembered
-            for d in _PENDING_BELOW(target):
-                if d.get(_PENDING) is not None:
-                    self.settle(d)
+            self.settle_below(target)
             size = self.settled[target] = int(_SIZE(target))
         self.charge(size - 1)
         del el.attrib[_PENDING]
@@ -701,9 +700,7 @@ class _Resolver:
         values = {}
         for name, ref in expr.variables:
             target = self.locate(holder, ref)
-            for d in _PENDING_BELOW(target):
-                if d.get(_PENDING) is not None:
-                    self.settle(d)
+            self.settle_below(target)
             if _LAZY_IN(target) or next(target.iter(PROPERTY), None) is not None:
                 raise self.resolution_error("expression variable %s names a lazy value; expressions "
                                             "are evaluated at resolution" % name, "lazy-expression",

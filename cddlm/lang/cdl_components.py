@@ -31,7 +31,6 @@ PROPERTY = "{%s}property" % ns.CMP
 GROUP = "{%s}group" % ns.CMP
 POLICY = "{%s}policy" % ns.CMP
 SPACE = "{%s}space" % ns.XML
-MEMBER_PARAMS = {"group": "str", "between": "list", "groups": "list"}
 
 
 def to_deployment(system: etree._Element, resolver: "_Resolver") -> Deployment:
@@ -185,7 +184,8 @@ class _Mapper:
         hard = raw.pop("hard", "true").strip().lower() in ("true", "1")
         name = raw.pop("name", None)
         weight_text = raw.pop("weight", "1")
-        members = {k: raw.pop(k) for k in list(raw) if k in MEMBER_PARAMS and k not in ptype.params}
+        members = {k: raw.pop(k) for k in list(raw)
+                   if k in policies.MEMBER_PARAMS and k not in ptype.params}
         params = policies.coerce_params(ptype, raw, line=line)
         try:
             weight = float(weight_text)
@@ -202,4 +202,4 @@ class _Mapper:
         elif ptype.shape == "asymmetric":
             raise self.error("an asymmetric policy relates two things: use between", "invalid-policy",
                              el)
-        return Policy(type_name, hard, float(weight), {**params, **members}, name, self.where(el))
+        return Policy(type_name, hard, weight, {**params, **members}, name, self.where(el))

@@ -30,7 +30,7 @@ import yaml
 from cddlm import ns
 from cddlm.errors import DescriptorError
 from cddlm.lang import hot_groups, hot_values, hot_yaml, policies
-from cddlm.lang.hot_yaml import line_of
+from cddlm.lang.hot_yaml import error, line_of
 from cddlm.lang.model import Component, Deployment, value_to_json
 from cddlm.lang.registry import Resolution, ResolveRequest
 
@@ -70,10 +70,6 @@ class Resource:
     attached: tuple[str, str] | None = None   # (server, volume) of an attachment
 
 
-def _error(message: str, path: str, line: int | None, kind: str = "invalid-template"):
-    return DescriptorError(message, kind=kind, path=path, line=line)
-
-
 class _Hot:
     uri = ns.HOT
     name = "HOT with policy groups"
@@ -104,9 +100,10 @@ class Template:
             raise DescriptorError("a HOT template is a mapping", kind="invalid-template")
         unknown = sorted(set(map(str, data)) - TOP_KEYS)
         if unknown:
-            raise _error("unknown top-level section %s" % ", ".join(unknown), "", line_of(data))
+            raise error("unknown top-level section %s" % ", ".join(unknown), "", line_of(data),
+                        "invalid-template")
         if "heat_template_version" not in data:
-            raise _error("heat_template_version is missing", "", line_of(data))
+            raise error("heat_template_version is missing", "", line_of(data), "invalid-template")
         self.data = data
         self.limits = request.limits
         params, self.used = hot_values.parameters(data.get("parameters"), request.properties)
@@ -119,7 +116,7 @@ class Template:
             self.fill(r)
         outputs = data.get("outputs") or {}
         if not isinstance(outputs, dict):
-            raise _error("outputs must be a mapping", "outputs", line_of(data))
+            raise error("outputs must be a mapping", "outputs", line_of(data), "invalid-template")
         self.evaluate(outputs, "outputs")
         grouping = hot_groups.Grouping(self.resources, self.evaluate)
         grouping.read(data.get("groups"))
@@ -131,22 +128,25 @@ class Template:
     # -- resources -----------------------------------------------------------------------------
     def read_resources(self, section: Any) -> dict[str, Resource]:
         if not isinstance(section, dict) or not section:
-            raise _error("resources must be a non-empty mapping", "resources", line_of(self.data))
+            raise error("resources must be a non-empty mapping", "resources", line_of(self.data),
+                        "invalid-template")
         out: dict[str, Resource] = {}
         names: dict[str, str] = {}
         for name, raw in section.items():
             where = "resources/%s" % name
             if not isinstance(raw, dict) or not isinstance(raw.get("type"), str):
-                raise _error("a resource is a mapping with a type", where, line_of(section))
+                raise error("a resource is a mapping with a type", where, line_of(section),
+                            "invalid-template")
             unknown = sorted(set(raw) - RESOURCE_KEYS)
             if unknown:
-                raise _error("unknown resource key %s" % ", ".join(unknown), where, line_of(raw))
+                raise error("unknown resource key %s" % ", ".join(unknown), where, line_of(raw),
+                            "invalid-template")
             r = Resource(str(name), raw["type"], raw, line_of(raw))
             r.component_type, r.kind = self.classify(r)
             if r.component_type is not None:
                 cname = UNSAFE_NAME.sub("_", r.name)[:128] or "_"
                 if cname in names:
-                    raise _error("resources %s and %s both become component %s" % (
+                    raise error("resources %s and %s both become component %s" % (
                         names[cname], r.name, cname), where, r.line, "duplicate-name")
                 names[cname] = r.name
                 r.component = Component(cname, r.component_type, source="line %s" % r.line)
@@ -164,24 +164,25 @@ class Template:
         if r.type in ATTACHMENTS:
             return None, "attachment"
         known = sorted(CDDLM_TYPES) + sorted(SERVERS) + sorted(VOLUMES) + sorted(ATTACHMENTS)
-        raise _error("unknown resource type %s (known: %s)" % (r.type, ", ".join(known)),
-                     "resources/%s/type" % r.name, r.line, "unknown-resource-type")
+        raise error("unknown resource type %s (known: %s)" % (r.type, ", ".join(known)),
+                    "resources/%s/type" % r.name, r.line, "unknown-resource-type")
 
     def properties(self, r: Resource) -> dict:
         props = r.raw.get("properties") or {}
         if not isinstance(props, dict):
-            raise _error("properties must be a mapping", "resources/%s/properties" % r.name, r.line)
+            raise error("properties must be a mapping", "resources/%s/properties" % r.name, r.line,
+                        "invalid-template")
         return props
 
     def reference(self, value: Any, r: Resource, key: str) -> str:
         """A ``{get_resource: NAME}`` used for structure (container children, attachments)."""
         where = "resources/%s/properties/%s" % (r.name, key)
         if not (isinstance(value, dict) and set(value) == {"get_resource"}):
-            raise _error("%s must be {get_resource: NAME} (resources outside the template are not "
-                         "supported)" % key, where, line_of(value) or r.line, "bad-function")
+            raise error("%s must be {get_resource: NAME} (resources outside the template are not "
+                        "supported)" % key, where, line_of(value) or r.line, "bad-function")
         name = value["get_resource"]
         if not isinstance(name, str) or name not in self.resources:
-            raise _error("get_resource: unknown resource %r" % name, where, r.line, "bad-function")
+            raise error("get_resource: unknown resource %r" % name, where, r.line, "bad-function")
         return name
 
     def build_tree(self) -> None:
@@ -192,14 +193,15 @@ class Template:
             if r.component_type in CONTAINERS:
                 children = props.get("children", [])
                 if not isinstance(children, list):
-                    raise _error("children is a list", "resources/%s/properties/children" % r.name,
-                                 r.line)
+                    raise error("children is a list", "resources/%s/properties/children" % r.name,
+                                r.line, "invalid-template")
                 for child in children:
                     name = self.reference(child, r, "children")
                     if name in parent or self.resources[name].component is None:
-                        raise _error("%s cannot be a child here (it is in %s already, or is no "
-                                     "component)" % (name, parent.get(name, "no container")),
-                                     "resources/%s/properties/children" % r.name, r.line)
+                        raise error("%s cannot be a child here (it is in %s already, or is no "
+                                    "component)" % (name, parent.get(name, "no container")),
+                                    "resources/%s/properties/children" % r.name, r.line,
+                                    "invalid-template")
                     parent[name] = r.name
                     r.children.append(name)
             elif r.type in ATTACHMENTS:
@@ -213,13 +215,13 @@ class Template:
                 self.place(r, "", 1)
         for r in self.resources.values():   # what no root reaches is in a cycle
             if r.component is not None and r.path is None:
-                raise _error("containers contain each other through %s" % r.name,
-                             "resources/%s" % r.name, r.line, "containment-loop")
+                raise error("containers contain each other through %s" % r.name,
+                            "resources/%s" % r.name, r.line, "containment-loop")
 
     def place(self, r: Resource, prefix: str, depth: int) -> None:
         if depth > self.limits.max_descriptor_depth:
-            raise _error("containers nested deeper than %d" % self.limits.max_descriptor_depth,
-                         "resources/%s" % r.name, r.line, "too-deep")
+            raise error("containers nested deeper than %d" % self.limits.max_descriptor_depth,
+                        "resources/%s" % r.name, r.line, "too-deep")
         r.path = prefix + r.component.name
         for name in r.children:
             child = self.resources[name]
@@ -235,8 +237,8 @@ class Template:
         depends = r.raw.get("depends_on") or []
         for name in depends if isinstance(depends, list) else [depends]:
             if not isinstance(name, str) or name not in self.resources:
-                raise _error("depends_on names unknown resource %r" % name,
-                             "resources/%s/depends_on" % r.name, r.line)
+                raise error("depends_on names unknown resource %r" % name,
+                            "resources/%s/depends_on" % r.name, r.line, "invalid-template")
         if r.component is None:
             return
         if r.type in SERVERS:
@@ -248,11 +250,12 @@ class Template:
     def server(self, r: Resource, props: dict, where: str) -> dict:
         unknown = sorted(set(props) - NOVA_IGNORED - {"flavor", "user_data"})
         if unknown:
-            raise _error("unsupported server property %s" % ", ".join(unknown), where, r.line)
+            raise error("unsupported server property %s" % ", ".join(unknown), where, r.line,
+                        "invalid-template")
         flavor = props.get("flavor")
         if not isinstance(flavor, str) or flavor not in FLAVORS:
-            raise _error("flavor must be one of %s, not %r" % (", ".join(FLAVORS), flavor),
-                         where + "/flavor", r.line, "invalid-attribute")
+            raise error("flavor must be one of %s, not %r" % (", ".join(FLAVORS), flavor),
+                        where + "/flavor", r.line, "invalid-attribute")
         vcpu, memory, disk = FLAVORS[flavor]
         user_data = props.get("user_data")
         argv = ["/bin/sh", "-c", user_data] if user_data else ["sleep", "infinity"]
@@ -263,8 +266,8 @@ class Template:
         size_key = VOLUMES[r.type]
         size = props.get(size_key)
         if isinstance(size, bool) or not isinstance(size, (int, float)) or size <= 0:
-            raise _error("%s must be a positive number of GB" % size_key, where + "/" + size_key,
-                         r.line, "invalid-attribute")
+            raise error("%s must be a positive number of GB" % size_key, where + "/" + size_key,
+                        r.line, "invalid-attribute")
         return {"path": "volumes/%s" % r.component.name, "content": "", "substitute": False,
                 "demand": {"DISK_GB": size}, "description": "%s %s" % (r.type, r.name)}
 

@@ -35,10 +35,9 @@ import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
-from cddlm.errors import DescriptorError
 from cddlm.lang import library, policies
-from cddlm.lang.hot_yaml import line_of
-from cddlm.lang.model import Group, Policy
+from cddlm.lang.hot_yaml import error, line_of
+from cddlm.lang.model import Group, Policy, walk_from
 
 if TYPE_CHECKING:  # pragma: no cover
     from cddlm.lang.hot import Resource
@@ -74,10 +73,6 @@ class _Spec:
     line: int | None
     where: str
     extra_groups: list[str] = field(default_factory=list)
-
-
-def _error(message: str, where: str, line: int | None, kind: str = "invalid-group"):
-    return DescriptorError(message, kind=kind, path=where, line=line)
 
 
 class Grouping:
@@ -118,29 +113,30 @@ class Grouping:
     def read_group(self, raw: Any, where: str) -> str:
         line = line_of(raw)
         if not isinstance(raw, dict) or not isinstance(raw.get("id"), str) or "members" not in raw:
-            raise _error("a group is a mapping with id and members", where, line)
+            raise error("a group is a mapping with id and members", where, line, "invalid-group")
         gid = raw["id"]
         where = "groups/%s" % gid
         unknown = sorted(set(raw) - {"id", "members", "metadata", "policies", "relationships"})
         if unknown:
-            raise _error("unknown group key %s" % ", ".join(unknown), where, line)
+            raise error("unknown group key %s" % ", ".join(unknown), where, line, "invalid-group")
         if gid in self.tree or "~" in gid or gid in self.kinds or not gid:
-            raise _error("group id %r is used twice, names a component, or contains ~" % gid,
-                         where, line, "duplicate-name")
+            raise error("group id %r is used twice, names a component, or contains ~" % gid,
+                        where, line, "duplicate-name")
         group = _Group(gid, [], raw, line)
         self.tree[gid] = group
         model = Group(gid, [], "line %s" % line)
         self.groups.append(model)
         if not isinstance(raw["members"], list):
-            raise _error("members is a list", where, line)
+            raise error("members is a list", where, line, "invalid-group")
         for member in raw["members"]:
             if isinstance(member, dict) and set(member) == {"get_resource"}:
                 name = member["get_resource"]
                 if not isinstance(name, str) or name not in self.resources:
-                    raise _error("unknown resource %r" % name, where, line_of(member) or line)
+                    raise error("unknown resource %r" % name, where, line_of(member) or line,
+                                "invalid-group")
                 if name in self.owner:
-                    raise _error("resource %s is in group %s already" % (name, self.owner[name]),
-                                 where, line)
+                    raise error("resource %s is in group %s already" % (name, self.owner[name]),
+                                where, line, "invalid-group")
                 self.owner[name] = gid
                 group.members.append(("resource", name))
                 if self.resources[name].path:
@@ -150,37 +146,37 @@ class Grouping:
                 group.members.append(("group", sub))
                 model.members.append(sub)
             else:
-                raise _error("a member is a group or {get_resource: NAME}", where,
-                             line_of(member) or line)
+                raise error("a member is a group or {get_resource: NAME}", where,
+                            line_of(member) or line, "invalid-group")
         return gid
 
     def specs(self, raw: Any, where: str, line: int | None) -> list[_Spec]:
         if raw is None:
             return []
         if not isinstance(raw, list):
-            raise _error("policies is a list", where, line, "invalid-policy")
+            raise error("policies is a list", where, line, "invalid-policy")
         return [self.spec(p, "%s/policies[%d]" % (where, i), line) for i, p in enumerate(raw)]
 
     def spec(self, raw: Any, where: str, line: int | None) -> _Spec:
         line = line_of(raw) or line
         if not isinstance(raw, dict) or not isinstance(raw.get("type"), str) \
                 or set(raw) - {"type", "properties", "metadata"}:
-            raise _error("a policy is {type, properties?, metadata?}", where, line, "invalid-policy")
+            raise error("a policy is {type, properties?, metadata?}", where, line, "invalid-policy")
         ptype = policies.lookup(ALIASES.get(raw["type"], raw["type"]), line=line, path=where)
         props = self.evaluate(raw.get("properties") or {}, where + "/properties", line)
         if not isinstance(props, dict):
-            raise _error("policy properties are a mapping", where, line, "invalid-policy")
+            raise error("policy properties are a mapping", where, line, "invalid-policy")
         props = {PARAM_ALIASES.get(k, k): v for k, v in props.items()}
         hard = props.pop("hardConstraint", props.pop("hard", True))
         weight = props.pop("weight", 1.0)
         if not isinstance(hard, bool) or isinstance(weight, bool) or not isinstance(weight, (int, float)):
-            raise _error("hard is a boolean and weight a number", where, line, "invalid-policy")
+            raise error("hard is a boolean and weight a number", where, line, "invalid-policy")
         if "bytes_per_second" in props and ptype.name == "bandwidth":
             props["mbps"] = props.pop("bytes_per_second") * 8 / 1e6
         extra = props.pop("groups", []) if ptype.name == "same-subtree" else []
         for gid in extra:
             if gid not in self.tree:
-                raise _error("same-subtree names unknown group %r" % gid, where, line, "invalid-policy")
+                raise error("same-subtree names unknown group %r" % gid, where, line, "invalid-policy")
         params = policies.coerce_params(ptype, props, line=line, path=where)
         metadata = raw.get("metadata") or {}
         name = metadata.get("name") if isinstance(metadata, dict) else None
@@ -190,13 +186,13 @@ class Grouping:
         if raw is None:
             return []
         if not isinstance(raw, list):
-            raise _error("relationships is a list", where, line)
+            raise error("relationships is a list", where, line, "invalid-group")
         out = []
         for i, rel in enumerate(raw):
             here = "%s/relationships[%d]" % (where, i)
             rline = line_of(rel) or line
             if not isinstance(rel, dict) or set(rel) != {"related", "policies"}:
-                raise _error("a relationship is {related, policies}", here, rline)
+                raise error("a relationship is {related, policies}", here, rline, "invalid-group")
             related = rel["related"]
             kind, name = next(iter(related.items())) if isinstance(related, dict) \
                 and len(related) == 1 else (None, None)
@@ -205,8 +201,9 @@ class Grouping:
             elif kind == "get_group" and isinstance(name, str) and name in self.tree:
                 member = ("group", name)
             else:
-                raise _error("related must be {get_resource: NAME} or {get_group: ID} of this "
-                             "template (resources outside it are not supported)", here, rline)
+                raise error("related must be {get_resource: NAME} or {get_group: ID} of this "
+                            "template (resources outside it are not supported)", here, rline,
+                            "invalid-group")
             out.extend((member, spec) for spec in self.specs(rel["policies"], here, rline))
         return out
 
@@ -218,14 +215,10 @@ class Grouping:
             if kind == "group":
                 found = [leaf for m in self.tree[name].members for leaf in self.leaves(m)]
             else:
-                found = []
                 comp = self.resources[name].component
-                stack = [(self.resources[name].path, comp)] if comp is not None else []
-                while stack:
-                    path, c = stack.pop()
-                    if library.TYPES[c.type].placed:
-                        found.append((path, self.kinds.get(path, policies.kind_of(c.type))))
-                    stack.extend((path + "/" + x.name, x) for x in reversed(c.children))
+                tree = walk_from(self.resources[name].path, comp) if comp is not None else ()
+                found = [(path, self.kinds.get(path, policies.kind_of(c.type)))
+                         for path, c in tree if library.TYPES[c.type].placed]
             self.leaf_cache[member] = found
         return self.leaf_cache[member]
 
@@ -273,8 +266,8 @@ class Grouping:
     def on_group(self, spec: _Spec, group: _Group) -> None:
         ptype, member = spec.type, ("group", group.id)
         if ptype.shape == "asymmetric":
-            raise _error("the asymmetric policy %s cannot apply to a group: use a relationship"
-                         % ptype.name, spec.where, spec.line, "invalid-policy")
+            raise error("the asymmetric policy %s cannot apply to a group: use a relationship"
+                        % ptype.name, spec.where, spec.line, "invalid-policy")
         if ptype.name == "same-subtree":
             union = [p for m in [member] + [("group", g) for g in spec.extra_groups]
                      for p in self.relevant(m, ptype)]
@@ -297,20 +290,20 @@ class Grouping:
             self.record(spec, r.name, group_wide=self.relevant(member, ptype),
                         members=lambda: {"group": self.ref(member, ptype, as_group=True)})
         elif ptype.shape == "group":
-            raise _error("%s applies to a group, not to resource %s" % (ptype.name, r.name),
-                         spec.where, spec.line, "invalid-policy")
+            raise error("%s applies to a group, not to resource %s" % (ptype.name, r.name),
+                        spec.where, spec.line, "invalid-policy")
         elif r.attached is not None:   # a volume attachment relates its server and volume
             self.relation(spec, ("resource", r.attached[0]), ("resource", r.attached[1]))
         else:
-            raise _error("the pairwise policy %s needs two things: use a relationship" % ptype.name,
-                         spec.where, spec.line, "invalid-policy")
+            raise error("the pairwise policy %s needs two things: use a relationship" % ptype.name,
+                        spec.where, spec.line, "invalid-policy")
 
     def relation(self, spec: _Spec, a: Member, b: Member, what: str | None = None) -> None:
         """A pairwise policy on the ordered pair (a, b): a relationship, a volume attachment,
         or two direct members of a group."""
         if spec.type.shape not in ("symmetric", "asymmetric"):
-            raise _error("%s is not a pairwise policy; it cannot apply to a relationship"
-                         % spec.type.name, spec.where, spec.line, "invalid-policy")
+            raise error("%s is not a pairwise policy; it cannot apply to a relationship"
+                        % spec.type.name, spec.where, spec.line, "invalid-policy")
         self.record(spec, what or "%s -> %s" % (a[1], b[1]),
                     [[self.relevant(a, spec.type), self.relevant(b, spec.type)]],
                     members=lambda: {"between": [self.ref(a, spec.type, as_group=False),

@@ -18,8 +18,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping
 
-from cddlm.errors import DescriptorError, ResolutionError
-from cddlm.lang.hot_yaml import line_of
+from cddlm.errors import ResolutionError
+from cddlm.lang.hot_yaml import error, line_of
 from cddlm.lang.model import Lazy, Value, has_lazy
 
 TYPES = ("string", "number", "json", "comma_delimited_list", "boolean")
@@ -32,36 +32,35 @@ UNSUPPORTED = {"get_file", "repeat", "digest", "resource_facade", "str_split", "
                "contains", "list_concat", "list_concat_unique", "Ref"}
 
 
-def _error(message: str, path: str, line: int | None, kind: str = "invalid-template"):
-    return DescriptorError(message, kind=kind, path=path, line=line)
-
-
 def parameters(section: Any, properties: Mapping[str, str]) -> tuple[dict[str, Value], list[str]]:
     """The value of every parameter, and the names of the properties read eagerly."""
     if section is None:
         return {}, []
     if not isinstance(section, dict):
-        raise _error("parameters must be a mapping", "parameters", line_of(section))
+        raise error("parameters must be a mapping", "parameters", line_of(section),
+                    "invalid-template")
     values: dict[str, Value] = {}
     used: list[str] = []
     for name, spec in section.items():
         where = "parameters/%s" % name
         if not isinstance(spec, dict):
-            raise _error("a parameter is a mapping with a type", where, line_of(section))
+            raise error("a parameter is a mapping with a type", where, line_of(section),
+                        "invalid-template")
         unknown = sorted(set(spec) - PARAM_KEYS)
         if unknown:
-            raise _error("unknown parameter key %s" % ", ".join(unknown), where, line_of(spec))
+            raise error("unknown parameter key %s" % ", ".join(unknown), where, line_of(spec),
+                        "invalid-template")
         kind = spec.get("type")
         if kind not in TYPES:
-            raise _error("parameter type must be one of %s, not %r" % (", ".join(TYPES), kind),
-                         where, line_of(spec))
+            raise error("parameter type must be one of %s, not %r" % (", ".join(TYPES), kind),
+                        where, line_of(spec), "invalid-template")
         if spec.get("lazy") is True:
             default = spec.get("default")
             values[name] = Lazy("property", str(name), None if default is None else str(default),
                                 kind == "number")
             continue
         if spec.get("lazy") not in (None, False):
-            raise _error("lazy must be true or false", where, line_of(spec))
+            raise error("lazy must be true or false", where, line_of(spec), "invalid-template")
         if name in properties:
             raw: Any = properties[name]
             used.append(name)
@@ -115,28 +114,29 @@ def _convert(kind: str, raw: Any, name: str, line: int | None) -> Value:
 
 def _constrain(value: Value, constraints: Any, name: str, where: str, line: int | None) -> None:
     if not isinstance(constraints, list):
-        raise _error("constraints must be a list", where, line)
+        raise error("constraints must be a list", where, line, "invalid-template")
     for c in constraints:
         if not isinstance(c, dict):
-            raise _error("a constraint is a mapping", where, line)
+            raise error("a constraint is a mapping", where, line, "invalid-template")
         described = c.get("description")
         kinds = set(c) - {"description"}
         if len(kinds) != 1 or not kinds <= {"allowed_values", "range", "length", "allowed_pattern",
                                             "custom_constraint"}:
-            raise _error("unknown constraint %s" % ", ".join(sorted(kinds)), where, line_of(c))
+            raise error("unknown constraint %s" % ", ".join(sorted(kinds)), where, line_of(c),
+                        "invalid-template")
         kind = kinds.pop()
         ok = True
         if kind == "allowed_values":
             if not isinstance(c[kind], list):
-                raise _error("allowed_values is a list", where, line_of(c))
+                raise error("allowed_values is a list", where, line_of(c), "invalid-template")
             ok = value in c[kind]
         elif kind in ("range", "length"):
             bounds = c[kind] if isinstance(c[kind], dict) else {}
             measure = value if kind == "range" else len(value) if isinstance(value, (str, list)) else 0
             limits = [bounds.get("min", measure), bounds.get("max", measure)]
             if any(not isinstance(x, (int, float)) or isinstance(x, bool) for x in [measure] + limits):
-                raise _error("%s needs numbers (and a number parameter for range)" % kind, where,
-                             line_of(c))
+                raise error("%s needs numbers (and a number parameter for range)" % kind, where,
+                            line_of(c), "invalid-template")
             ok = limits[0] <= measure <= limits[1]
         if not ok:
             raise ResolutionError("property %s = %r violates %s: %s" % (
@@ -163,8 +163,8 @@ class Evaluator:
                 if key in self.functions:
                     return self.functions[key](args, path, line)
                 if key in UNSUPPORTED or str(key).startswith(("get_", "Fn::")):
-                    raise _error("unsupported intrinsic function %s" % key, path, line,
-                                 "unsupported-function")
+                    raise error("unsupported intrinsic function %s" % key, path, line,
+                                "unsupported-function")
             return {str(k): self(v, "%s/%s" % (path, k), line) for k, v in value.items()}
         if isinstance(value, list):
             return [self(v, "%s[%d]" % (path, i), line) for i, v in enumerate(value)]
@@ -173,28 +173,28 @@ class Evaluator:
     def get_param(self, args: Any, path: str, line: int | None) -> Value:
         steps = args if isinstance(args, list) else [args]
         if not steps or not isinstance(steps[0], str):
-            raise _error("get_param takes a parameter name and an optional path", path, line,
-                         "bad-function")
+            raise error("get_param takes a parameter name and an optional path", path, line,
+                        "bad-function")
         if steps[0] not in self.params:
-            raise _error("get_param: unknown parameter %r" % steps[0], path, line, "bad-function")
+            raise error("get_param: unknown parameter %r" % steps[0], path, line, "bad-function")
         value = self.params[steps[0]]
         for step in steps[1:]:
             if isinstance(value, Lazy):
-                raise _error("get_param: a lazy parameter has no parts", path, line, "bad-function")
+                raise error("get_param: a lazy parameter has no parts", path, line, "bad-function")
             try:
                 value = value[step]  # type: ignore[index]
             except (KeyError, IndexError, TypeError):
-                raise _error("get_param: %r has no %r" % (steps[0], step), path, line,
-                             "bad-function") from None
+                raise error("get_param: %r has no %r" % (steps[0], step), path, line,
+                            "bad-function") from None
         return value
 
     def resource_path(self, name: Any, function: str, path: str, line: int | None) -> str:
         if not isinstance(name, str) or name not in self.paths:
-            raise _error("%s: unknown resource %r" % (function, name), path, line, "bad-function")
+            raise error("%s: unknown resource %r" % (function, name), path, line, "bad-function")
         target = self.paths[name]
         if target is None:
-            raise _error("%s: resource %s is not a component" % (function, name), path, line,
-                         "bad-function")
+            raise error("%s: resource %s is not a component" % (function, name), path, line,
+                        "bad-function")
         return target
 
     def get_resource(self, args: Any, path: str, line: int | None) -> Value:
@@ -202,27 +202,27 @@ class Evaluator:
 
     def get_attr(self, args: Any, path: str, line: int | None) -> Value:
         if not isinstance(args, list) or len(args) < 2:
-            raise _error("get_attr takes [resource, attribute, ...]", path, line, "bad-function")
+            raise error("get_attr takes [resource, attribute, ...]", path, line, "bad-function")
         target = self.resource_path(args[0], "get_attr", path, line)
         rest = [self(a, path, line) for a in args[1:]]
         if not all(isinstance(a, (str, int)) and not isinstance(a, bool) for a in rest):
-            raise _error("get_attr: attribute names are strings", path, line, "bad-function")
+            raise error("get_attr: attribute names are strings", path, line, "bad-function")
         return Lazy("ref", "/".join([target] + [str(a) for a in rest]))
 
     def str_replace(self, args: Any, path: str, line: int | None) -> Value:
         args = self(args, path, line)
         if not isinstance(args, dict) or set(args) != {"template", "params"} \
                 or not isinstance(args["template"], str) or not isinstance(args["params"], dict):
-            raise _error("str_replace takes template (a string) and params (a mapping)", path, line,
-                         "bad-function")
+            raise error("str_replace takes template (a string) and params (a mapping)", path, line,
+                        "bad-function")
         if has_lazy(args):
-            raise _error("str_replace cannot use a lazy value: it is evaluated at resolution",
-                         path, line, "bad-function")
+            raise error("str_replace cannot use a lazy value: it is evaluated at resolution",
+                        path, line, "bad-function")
         text = args["template"]
         for key, value in args["params"].items():
             if isinstance(value, (dict, list)):
-                raise _error("str_replace: parameter %s is not a scalar" % key, path, line,
-                             "bad-function")
+                raise error("str_replace: parameter %s is not a scalar" % key, path, line,
+                            "bad-function")
             text = text.replace(str(key), _scalar(value))
         return text
 
@@ -230,10 +230,10 @@ class Evaluator:
         args = self(args, path, line)
         if not isinstance(args, list) or len(args) < 2 or not isinstance(args[0], str) \
                 or not all(isinstance(a, list) for a in args[1:]):
-            raise _error("list_join takes [delimiter, list, ...]", path, line, "bad-function")
+            raise error("list_join takes [delimiter, list, ...]", path, line, "bad-function")
         items = [x for part in args[1:] for x in part]
         if has_lazy(items) or any(isinstance(x, (dict, list)) for x in items):
-            raise _error("list_join joins strings known at resolution", path, line, "bad-function")
+            raise error("list_join joins strings known at resolution", path, line, "bad-function")
         return args[0].join(_scalar(x) for x in items)
 
 

@@ -28,6 +28,11 @@ def line_of(value: Any) -> int | None:
     return getattr(value, "line", None)
 
 
+def error(message: str, path: str, line: int | None, kind: str) -> DescriptorError:
+    """An error in a template, at ``path`` (``resources/web/properties``) and ``line``."""
+    return DescriptorError(message, kind=kind, path=path, line=line)
+
+
 class _Loader(yaml.SafeLoader):
     """SafeLoader with a depth guard, line-numbered mappings, no timestamps, no duplicate keys."""
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from cddlm.errors import DescriptorError
-from cddlm.lang.model import NAME, Component, Deployment, Lazy
+from cddlm.lang.model import NAME, Component, Deployment, Lazy, walk_from
 
 TRUE = {"true", "1", "yes", "on"}
 FALSE = {"false", "0", "no", "off"}
@@ -265,7 +265,7 @@ def placed_members(deployment: Deployment, member: str) -> list[str]:
     """The placed (leaf) component paths a group member stands for: a placed component itself,
     every placed descendant of a container, every placed member of a group (recursively)."""
     groups = {g.name: g for g in deployment.groups}
-    out: list[str] = []
+    out: dict[str, None] = {}   # ordered, without repeats
     seen: set[str] = set()
 
     def add(m: str) -> None:
@@ -274,29 +274,12 @@ def placed_members(deployment: Deployment, member: str) -> list[str]:
         seen.add(m)
         comp = deployment.find(m)
         if comp is not None:
-            for p, c in _walk_from(m, comp):
-                if TYPES[c.type].placed and p not in out:
-                    out.append(p)
+            for p, c in walk_from(m, comp):
+                if TYPES[c.type].placed:
+                    out[p] = None
         elif m in groups:
             for x in groups[m].members:
                 add(x)
 
     add(member)
-    return out
-
-
-def _walk_from(path: str, comp: Component):
-    yield path, comp
-    for c in comp.children:
-        yield from _walk_from(path + "/" + c.name, c)
-
-
-def describe() -> str:
-    """The library as a Markdown table per type (for the README and ``--help``)."""
-    lines = []
-    for t in TYPES.values():
-        lines.append("%s: %s" % (t.name, t.doc))
-        for name, a in t.attributes.items():
-            flag = " (required)" if a.required else ("" if a.default is None else " (default %r)" % (a.default,))
-            lines.append("  %-18s %-8s%s %s" % (name, a.kind, flag, a.doc))
-    return "\n".join(lines)
+    return list(out)

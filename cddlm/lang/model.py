@@ -52,11 +52,15 @@ class Component:
     children: list["Component"] = field(default_factory=list)
     source: str | None = None  # "file:line" where it was declared, for messages
 
-    def child(self, name: str) -> "Component | None":
-        for c in self.children:
-            if c.name == name:
-                return c
-        return None
+
+def walk_from(path: str, comp: Component) -> Iterator[tuple[str, Component]]:
+    """``comp`` (at ``path``) and every component below it with its path, parents before
+    children, in document order."""
+    stack = [(path, comp)]
+    while stack:
+        path, comp = stack.pop()
+        yield path, comp
+        stack.extend((path + "/" + c.name, c) for c in reversed(comp.children))
 
 
 @dataclass
@@ -97,11 +101,8 @@ class Deployment:
 
     def walk(self) -> Iterator[tuple[str, Component]]:
         """Every component with its path, parents before children, in document order."""
-        stack = [(c.name, c) for c in reversed(self.components)]
-        while stack:
-            path, comp = stack.pop()
-            yield path, comp
-            stack.extend((path + "/" + c.name, c) for c in reversed(comp.children))
+        for root in self.components:
+            yield from walk_from(root.name, root)
 
     def find(self, path: str) -> Component | None:
         parts = [p for p in path.strip("/").split("/") if p]

@@ -65,19 +65,8 @@ class Language(Protocol):
 
 def languages() -> list[Language]:
     """Every supported language, in the order ``api:staticInfo`` lists them."""
-    from cddlm.lang import native
-    found: list[Language] = [native.LANGUAGE]
-    try:
-        from cddlm.lang import cdl
-        found.append(cdl.LANGUAGE)
-    except ImportError:  # pragma: no cover - present once the CDL module lands
-        pass
-    try:
-        from cddlm.lang import hot
-        found.append(hot.LANGUAGE)
-    except ImportError:  # pragma: no cover
-        pass
-    return found
+    from cddlm.lang import cdl, hot, native   # here: they import this module
+    return [native.LANGUAGE, cdl.LANGUAGE, hot.LANGUAGE]
 
 
 def get(uri: str, version: str | None = None) -> Language:
