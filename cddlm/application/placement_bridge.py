@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from cddlm.application.placing import placed_paths
 from cddlm.errors import PlacementError
 from cddlm.lang import library
 from cddlm.lang.model import Deployment
@@ -23,9 +24,7 @@ DOWN_TRAIT = "CDDLM_HOST_DOWN"
 
 def request_for(deployment: Deployment) -> dict[str, Any]:
     components, existing = [], {}
-    for path, comp in deployment.walk():
-        if not library.TYPES[comp.type].placed:
-            continue
+    for path, comp in placed_paths(deployment):
         a = comp.attributes
         components.append({"name": path, "demand": dict(a.get("demand") or {}),
                            "traits": list(a.get("traits") or []),
@@ -79,16 +78,16 @@ def solve(datacenter: dict, deployment: Deployment, used: dict, down: set[str],
     request = request_for(deployment)
     if not request["components"]:
         return {}, None
-    result = api.solve_json(datacenter_without(datacenter, down), request, time_limit=time_limit,
-                            used=used or None)
-    if result["status"] == "infeasible":
-        conflicts = [_describe(request, i) for i in result.get("conflicts") or []]
-        reason = result.get("reason") or "no placement satisfies the hard policies"
+    dc = api.load_datacenter(datacenter_without(datacenter, down))
+    req = api.load_request(request, dc)
+    result, audit = api.solve_audited(dc, req, time_limit=time_limit, used=used or None)
+    answer = api.result_json(dc, req, result)
+    if answer["status"] == "infeasible":
+        conflicts = [_describe(request, i) for i in answer["conflicts"]]
+        reason = answer["reason"] or "no placement satisfies the hard policies"
         raise PlacementError("no placement: %s%s" % (
             reason, (" (conflicting: %s)" % "; ".join(conflicts)) if conflicts else ""), conflicts)
-    providers = result.get("providers") or {}
-    out = {path: {"host": host, "provider": providers.get(path, host)}
-           for path, host in result["assignment"].items()}
-    audit = api.audit_json(datacenter, request, providers or result["assignment"], used=used or None)
-    audit.update(status=result["status"], solver=result.get("solver"))
+    out = {path: {"host": host, "provider": answer["providers"][path]}
+           for path, host in answer["assignment"].items()}
+    audit.update(status=answer["status"], solver=answer["solver"])
     return out, audit

@@ -43,13 +43,14 @@ class Placer:
             # components cannot hold there, and the caller must hear it
             dims = {d for _, c in placed_paths(deployment) for d in (c.attributes.get("demand") or {})}
             return self._solve(self.hosts.implicit_datacenter(dims), deployment, used, unusable)
-        (only,) = self.hosts.names() if len(self.hosts.names()) == 1 else (None,)
+        names = self.hosts.names()
+        only = names[0] if len(names) == 1 else None
         out = {}
         for path, comp in placed_paths(deployment):
             host = comp.attributes.get("host") or only
             if host not in self.hosts:
                 raise PlacementError("component %s asks for host %r, which this portal does not "
-                                     "manage (hosts: %s)" % (path, host, ", ".join(self.hosts.names())),
+                                     "manage (hosts: %s)" % (path, host, ", ".join(names)),
                                      ["host pin of %s" % path])
             if host in down:
                 raise PlacementError("component %s needs host %s, which is marked down" % (path, host),

@@ -14,7 +14,7 @@ from cddlm.errors import BadArgument
 from cddlm.placement.datacenter import Datacenter
 from cddlm.placement.identifiers import obfuscate, surrogate
 from cddlm.placement.request import Request
-from cddlm.placement.verifier import verify
+from cddlm.placement.verifier import Report, verify
 
 
 def resolve_assignment(dc: Datacenter, req: Request, assignment: dict) -> dict[int, int]:
@@ -53,9 +53,18 @@ def identifier(dc: Datacenter, req: Request, partition: tuple[str, str], vertex:
     return vertex
 
 
+def soft_violations_json(report: Report, names: list[str]) -> list[dict]:
+    """The soft policies the placement violates, as the solve result and the audit give them."""
+    return [{"index": e.policy.index, "type": e.policy.written,
+             "members": [names[c] for c in e.bad], "count": e.violations}
+            for e in report.soft_violations()]
+
+
 def audit(dc: Datacenter, req: Request, placement: dict[int, int], used=None,
-          used_bandwidth=None, salt: str = "") -> dict:
-    report = verify(dc, req, placement, used, used_bandwidth)
+          used_bandwidth=None, salt: str = "", report: Report | None = None) -> dict:
+    """``report``: the verifier's report on this very placement, when the caller has one."""
+    if report is None:
+        report = verify(dc, req, placement, used, used_bandwidth)
     names = [c.name for c in req.components]
     if report.evaluations == [] and report.errors:
         return {"ok": False, "hard_violations": report.errors, "policies": [],
@@ -73,32 +82,25 @@ def audit(dc: Datacenter, req: Request, placement: dict[int, int], used=None,
         if pol.partition is not None:
             kind, pname = pol.partition
             entry[kind] = pname
-            part = dc.partition(*pol.partition)
             entry["members"] = {names[c]: identifier(dc, req, pol.partition,
-                                                     part.names[part.of[placement[c]]], salt)
+                                                     dc.vertex_name(pol.partition, placement[c]),
+                                                     salt)
                                 for c in pol.members}
             if "target" in pol.params:
                 entry["target"] = identifier(dc, req, pol.partition, pol.params["target"], salt)
         elif pol.type == "llmn":
-            l1, l2 = dc.partition("level", pol.params["l1"]), dc.partition("level",
-                                                                          pol.params["l2"])
-            entry["members"] = {names[c]: {"l1": l1.names[l1.of[placement[c]]],
-                                           "l2": l2.names[l2.of[placement[c]]]}
+            l1, l2 = ("level", pol.params["l1"]), ("level", pol.params["l2"])
+            entry["members"] = {names[c]: {"l1": dc.vertex_name(l1, placement[c]),
+                                           "l2": dc.vertex_name(l2, placement[c])}
                                 for c in pol.members}
         else:
             entry["members"] = {names[c]: dc.host_name(placement[c]) for c in pol.members}
             if pol.type == "hop-limit":
-                entry["pairs"] = [{"between": [names[a], names[b]], "hops": _hops(dc, placement,
-                                                                                   a, b)}
+                entry["pairs"] = [{"between": [names[a], names[b]],
+                                   "hops": dc.network.hops(dc.host_name(placement[a]),
+                                                           dc.host_name(placement[b]))}
                                   for a, b in pol.pairs]
         policies.append(entry)
     return {"ok": report.ok, "hard_violations": report.errors, "policies": policies,
-            "violations": [{"index": e.policy.index, "type": e.policy.written,
-                            "members": [names[c] for c in e.bad], "count": e.violations}
-                           for e in report.soft_violations()],
+            "violations": soft_violations_json(report, names),
             "objective": report.objective if report.ok else None}
-
-
-def _hops(dc: Datacenter, placement, a: int, b: int):
-    ha, hb = dc.host_name(placement[a]), dc.host_name(placement[b])
-    return 0 if ha == hb else dc.network.hops(ha, hb)

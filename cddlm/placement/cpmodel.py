@@ -194,12 +194,7 @@ class Model:
 
     def _affinity(self, pol, lit) -> None:
         if "target" in pol.params:
-            for c in pol.members:
-                bad = [v for p, v in self.x[c].items() if not host_ok(self.dc, pol, p)]
-                if pol.hard and bad:
-                    self._add(self.m.Add(sum(bad) == 0), lit)
-                elif bad:
-                    self._soft(pol, sum(bad))
+            self._license(pol, lit)  # members outside the target, as for host traits
         else:
             self._collocation(pol, lit)
 

@@ -94,6 +94,11 @@ class Datacenter:
             self._partitions[key] = self._build_partition(kind, name)
         return self._partitions[key]
 
+    def vertex_name(self, partition: tuple[str, str], provider: int) -> str:
+        """The identifier of the vertex holding ``provider`` in a (kind, name) partition."""
+        part = self.partition(*partition)
+        return part.names[part.of[provider]]
+
     def _build_partition(self, kind: str, name: str) -> Partition:
         names: list[str] = []
         number_of: dict[str, int] = {}

@@ -40,6 +40,7 @@ class Instance:
     used_bandwidth: dict[int, float] = field(default_factory=dict)  # network node -> Mbit/s
     emptied_by: dict[int, list[int]] = field(default_factory=dict)  # component -> policy indices
     host_of: dict[int, int] = field(default_factory=dict)  # provider -> host node
+    base_eligible: list[list[int]] = field(default_factory=list)  # step 1 only: no policies
 
     def hard(self, kinds: tuple[str, ...] | None = None):
         return [p for p in self.req.policies if p.hard and (kinds is None or p.type in kinds)]
@@ -87,7 +88,8 @@ def build(dc: Datacenter, req: Request, used: dict[int, dict[str, float]],
         eligible.append(fits)
         cost.append(costs)
     inst = Instance(dc, req, used, dims, demand, free, cost, eligible,
-                    used_bandwidth=dict(used_bandwidth or {}), host_of=host_of)
+                    used_bandwidth=dict(used_bandwidth or {}), host_of=host_of,
+                    base_eligible=list(eligible))
     if monadic:
         _apply_monadic(inst)
     if arcs:
@@ -100,8 +102,7 @@ def host_ok(dc: Datacenter, policy, provider: int) -> bool:
     if policy.type in ("license", "root-traits"):
         traits = dc.nodes[dc.nodes[provider].host].traits
         return policy.params["required"] <= traits and not policy.params["forbidden"] & traits
-    part = dc.partition(*policy.partition)
-    return part.names[part.of[provider]] == policy.params["target"]
+    return dc.vertex_name(policy.partition, provider) == policy.params["target"]
 
 
 def monadic_policies(req: Request, hard: bool = True):
@@ -117,7 +118,7 @@ def _apply_monadic(inst: Instance) -> None:
             cache[(pol.index, p)] = host_ok(inst.dc, pol, p)
         return cache[(pol.index, p)]
 
-    base = list(inst.eligible)
+    base = inst.base_eligible
     touching: dict[int, list] = {}
     for pol in monadic_policies(inst.req):
         for c in pol.members:

@@ -52,8 +52,7 @@ class State:
         return self.dc.nodes[self.inst.host_of[provider]].name
 
     def path(self, pa: int, pb: int):
-        ha, hb = self.host_name(pa), self.host_name(pb)
-        return [] if ha == hb else self.dc.network.path_edges(ha, hb)
+        return self.dc.network.path_edges(self.host_name(pa), self.host_name(pb))
 
     # -- hard checks ---------------------------------------------------------------------------
     def fits(self, c: int, p: int) -> bool:

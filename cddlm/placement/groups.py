@@ -20,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cddlm.errors import BadArgument
+from cddlm.placement.values import check_keys, check_name, string_list
 
 
 @dataclass
@@ -62,7 +63,6 @@ def pairs_of_parts(parts: list[list[int]]) -> list[tuple[int, int]]:
 
 def load_groups(raw, component_index: dict[str, int],
                 component_type: list[str | None]) -> Groups:
-    from cddlm.placement.values import check_keys, check_name, string_list
     if not isinstance(raw, list):
         raise BadArgument("request: groups must be a list of {name, members}")
     members: dict[str, list[str]] = {}

@@ -32,8 +32,10 @@ class Network:
     leaf_of: dict[str, int]  # host name -> leaf node index
 
     def path_edges(self, host_a: str, host_b: str) -> list[int] | None:
-        """Edges (named by their lower node) between two hosts; None if either is not in the tree
-        or they are in different trees."""
+        """Edges (named by their lower node) between two hosts: none for one host (in the tree or
+        not); None if either is not in the tree or they are in different trees."""
+        if host_a == host_b:
+            return []
         if host_a not in self.leaf_of or host_b not in self.leaf_of:
             return None
         a, b = self.leaf_of[host_a], self.leaf_of[host_b]

@@ -40,6 +40,7 @@ precisely).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
@@ -72,7 +73,6 @@ class Result:
     pruned: bool = False  # CP-SAT saw pruned candidates (its own bound is then not reported)
     seconds: float = 0.0
     first_solution: float | None = None  # seconds from the start to the first verified answer
-    greedy_objective: int | None = None
 
     @property
     def objective(self) -> int | None:
@@ -127,8 +127,8 @@ def candidates(inst: eligibility.Instance, seed: int, hint: dict[int, int] | Non
 
 
 def solve(dc: Datacenter, req: Request, *, clock, time_limit: float = 10.0, seed: int = 0,
-          used=None, used_bandwidth=None, workers: int = 2, deterministic: bool = False,
-          use_cp: bool = True) -> Result:
+          used=None, used_bandwidth=None, workers: int = 2, deterministic: bool = False
+          ) -> Result:
     start = clock()
     used = used or {}
     inst = eligibility.build(dc, req, used, used_bandwidth)
@@ -141,8 +141,7 @@ def solve(dc: Datacenter, req: Request, *, clock, time_limit: float = 10.0, seed
         return report if report.ok else None
 
     if any(not e for e in inst.eligible):
-        return _infeasible(dc, req, used, used_bandwidth, inst, start, clock, time_limit, seed,
-                           "filters")
+        return _infeasible(req, inst, start, clock, time_limit, seed, "filters")
     first, g_report = None, None
     for sequence in greedy.orders(inst):  # a few orders, milliseconds each: keep the best
         attempt = greedy.solve(inst, sequence)
@@ -152,10 +151,6 @@ def solve(dc: Datacenter, req: Request, *, clock, time_limit: float = 10.0, seed
     best = Result("feasible", first, g_report, "greedy") if g_report else None
     if best:
         best.first_solution = elapsed()
-        best.greedy_objective = g_report.objective
-    if not use_cp:
-        return _finish(best, start, clock) if best else _infeasible(
-            dc, req, used, used_bandwidth, inst, start, clock, time_limit, seed, "greedy")
     rel, extra = None, None
     if sum(len(e) for e in inst.eligible) > LARGE_MODEL:
         rel, best = _relax(inst, best, checked, elapsed, time_limit, seed, deterministic)
@@ -176,11 +171,9 @@ def solve(dc: Datacenter, req: Request, *, clock, time_limit: float = 10.0, seed
     if placement is not None:
         report = checked(placement)
         if report is not None and (best is None or report.objective <= best.report.objective):
-            greedy_objective = best.greedy_objective if best else None
             best = Result("feasible", placement, report,
                           best.solver + "+cp-sat" if best else "cp-sat",
-                          first_solution=best.first_solution if best else found_at - start,
-                          greedy_objective=greedy_objective)
+                          first_solution=best.first_solution if best else found_at - start)
     if best is not None:
         best.bound, best.bound_by, best.pruned = bound, bound_by, pruned
         if bound is not None and best.report.objective <= bound:
@@ -189,13 +182,13 @@ def solve(dc: Datacenter, req: Request, *, clock, time_limit: float = 10.0, seed
     if status == cp_model.INFEASIBLE and pruned:
         status, placement, bound, found_at = _cp(inst, inst.eligible, None, clock, start,
                                                  time_limit, seed, workers, deterministic)
-        if placement is not None and checked(placement):
-            return _finish(Result("feasible", placement, checked(placement), "cp-sat",
+        report = checked(placement) if placement is not None else None
+        if report is not None:
+            return _finish(Result("feasible", placement, report, "cp-sat",
                                   first_solution=found_at - start), start, clock)
         pruned = status != cp_model.INFEASIBLE
     if status == cp_model.INFEASIBLE and not pruned:
-        return _infeasible(dc, req, used, used_bandwidth, inst, start, clock, time_limit, seed,
-                           "cp-sat")
+        return _infeasible(req, inst, start, clock, time_limit, seed, "cp-sat")
     result = Result("infeasible", {}, None, "cp-sat", proven=False,
                     reason="no placement was found within the time limit of %gs, and none "
                            "could be shown impossible" % time_limit)
@@ -221,8 +214,7 @@ def _relax(inst, best, checked, elapsed, time_limit, seed, deterministic):
             continue
         if best is None or report.objective < best.report.objective:
             best = Result("feasible", attempt, report, "relaxation",
-                          first_solution=best.first_solution if best else elapsed(),
-                          greedy_objective=best.greedy_objective if best else None)
+                          first_solution=best.first_solution if best else elapsed())
         if report.objective <= rel.value:
             break  # the counts are met exactly: other orders cannot do better
     return rel, best
@@ -257,7 +249,7 @@ def _cp(inst, cands, hint, clock, start, time_limit, seed, workers, deterministi
     return status, None, None, None
 
 
-def _infeasible(dc, req, used, used_bandwidth, inst, start, clock, time_limit, seed, by):
+def _infeasible(req, inst, start, clock, time_limit, seed, by):
     """Explain, with the policies that emptied a component's providers when that is the cause."""
     for c, elig in enumerate(inst.eligible):
         if not elig and c in inst.emptied_by:
@@ -266,7 +258,8 @@ def _infeasible(dc, req, used, used_bandwidth, inst, start, clock, time_limit, s
                 "infeasible", {}, None, by, conflicts=sorted(inst.emptied_by[c]),
                 reason="component %s: no provider satisfies %s" % (
                     req.components[c].name, "; ".join(labels))), start, clock)
-    base = eligibility.build(dc, req, used, used_bandwidth, monadic=False, arcs=False)
+    # the providers each component fits on its own, before any policy filtered them
+    base = dataclasses.replace(inst, eligible=list(inst.base_eligible), emptied_by={})
     left = max(0.5, time_limit - (clock() - start))
     why = conflicts.explain(base, left, clock, seed)
     result = Result("infeasible", {}, None, by, conflicts=why.conflicts, reason=why.reason,

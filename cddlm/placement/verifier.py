@@ -82,8 +82,8 @@ def verify(dc: Datacenter, req: Request, placement: dict[int, int],
             if total > cap + EPSILON * max(1.0, cap):
                 errors.append("provider %s: %s %g exceeds capacity %g"
                               % (dc.nodes[p].name, dim, total, cap))
-    evaluations = [evaluate(dc, req, pol, placement, used_bandwidth or {})
-                   for pol in req.policies]
+    loads = _bandwidth_loads(dc, req, placement, used_bandwidth or {})
+    evaluations = [evaluate(dc, pol, placement, loads) for pol in req.policies]
     objective = 0
     for e in evaluations:
         if e.policy.hard and e.violations:
@@ -95,39 +95,35 @@ def verify(dc: Datacenter, req: Request, placement: dict[int, int],
     return Report(errors, evaluations, objective)
 
 
-def vertex_of(dc: Datacenter, policy_partition: tuple[str, str], provider: int) -> str:
-    return dc.partition(*policy_partition).names[dc.partition(*policy_partition).of[provider]]
-
-
-def evaluate(dc: Datacenter, req: Request, pol: Policy, placement: dict[int, int],
-             used_bandwidth: dict[int, float]) -> Evaluation:
+def evaluate(dc: Datacenter, pol: Policy, placement: dict[int, int],
+             loads: BandwidthLoads) -> Evaluation:
     host = {c: dc.host_name(placement[c]) for c in pol.members}
     if pol.type in ("collocation", "anti-collocation", "affinity", "anti-affinity") \
             and "target" not in pol.params:
-        where = {c: vertex_of(dc, pol.partition, placement[c]) for c in pol.members}
+        where = {c: dc.vertex_name(pol.partition, placement[c]) for c in pol.members}
         together = pol.type in ("collocation", "affinity")
         bad = [(a, b) for a, b in pol.pairs if (where[a] == where[b]) != together]
         return Evaluation(pol, len(bad), sorted({c for pair in bad for c in pair}))
     if pol.type == "affinity":
         bad = [c for c in pol.members
-               if vertex_of(dc, pol.partition, placement[c]) != pol.params["target"]]
+               if dc.vertex_name(pol.partition, placement[c]) != pol.params["target"]]
         return Evaluation(pol, len(bad), bad)
     if pol.type == "llmn":
         return _llmn(dc, pol, placement)
     if pol.type == "same-subtree":
-        where = {c: vertex_of(dc, pol.partition, placement[c]) for c in pol.members}
+        where = {c: dc.vertex_name(pol.partition, placement[c]) for c in pol.members}
         best, _ = Counter(where.values()).most_common(1)[0]
         bad = [c for c in pol.members if where[c] != best]
         return Evaluation(pol, len(bad), bad)
     if pol.type == "hop-limit":
         bad = []
         for a, b in pol.pairs:
-            hops = 0 if host[a] == host[b] else dc.network.hops(host[a], host[b])
+            hops = dc.network.hops(host[a], host[b])
             if hops is None or hops > pol.params["hops"]:
                 bad.append((a, b))
         return Evaluation(pol, len(bad), sorted({c for pair in bad for c in pair}))
     if pol.type == "bandwidth":
-        return _bandwidth(dc, req, pol, placement, used_bandwidth)
+        return _bandwidth(dc, pol, loads)
     # license, root-traits: traits of the host above each member's provider
     bad = [c for c in pol.members
            if not pol.params["required"] <= dc.node(host[c]).traits
@@ -136,8 +132,8 @@ def evaluate(dc: Datacenter, req: Request, pol: Policy, placement: dict[int, int
 
 
 def _llmn(dc: Datacenter, pol: Policy, placement: dict[int, int]) -> Evaluation:
-    l1 = {c: vertex_of(dc, ("level", pol.params["l1"]), placement[c]) for c in pol.members}
-    l2 = {c: vertex_of(dc, ("level", pol.params["l2"]), placement[c]) for c in pol.members}
+    l1 = {c: dc.vertex_name(("level", pol.params["l1"]), placement[c]) for c in pol.members}
+    l2 = {c: dc.vertex_name(("level", pol.params["l2"]), placement[c]) for c in pol.members}
     per_l1, per_l2 = Counter(l1.values()), Counter(l2.values())
     violations = max(0, pol.params["n"] - len(per_l1))
     violations += sum(max(0, k - pol.params["per_l1"]) for k in per_l1.values())
@@ -148,35 +144,41 @@ def _llmn(dc: Datacenter, pol: Policy, placement: dict[int, int]) -> Evaluation:
     return Evaluation(pol, violations, sorted(bad))
 
 
-def _bandwidth(dc: Datacenter, req: Request, pol: Policy, placement: dict[int, int],
-               used_bandwidth: dict[int, float]) -> Evaluation:
-    """Loads of every bandwidth policy of the request are summed per edge; hard pairs must fit
-    with the hard load alone, a soft pair is violated where the total load does not fit."""
-    net = dc.network
-    hard_load: Counter = Counter(used_bandwidth)
-    total_load: Counter = Counter(used_bandwidth)
-    unreachable = set()
-    for other in req.policies:
-        if other.type != "bandwidth":
+@dataclass
+class BandwidthLoads:
+    """What every bandwidth policy of the request reserves, computed once per ``verify``."""
+
+    paths: dict[tuple[int, int], list[int] | None]  # pair -> network edges; None = no path
+    hard: Counter  # network edge -> Mbit/s of the hard pairs (and other applications)
+    total: Counter  # network edge -> Mbit/s of every pair (and other applications)
+
+
+def _bandwidth_loads(dc: Datacenter, req: Request, placement: dict[int, int],
+                     used_bandwidth: dict[int, float]) -> BandwidthLoads:
+    loads = BandwidthLoads({}, Counter(used_bandwidth), Counter(used_bandwidth))
+    for pol in req.policies:
+        if pol.type != "bandwidth":
             continue
-        for a, b in other.pairs:
-            ha, hb = dc.host_name(placement[a]), dc.host_name(placement[b])
-            edges = [] if ha == hb else net.path_edges(ha, hb)
-            if edges is None:
-                if other is pol:
-                    unreachable.add((a, b))
-                continue
-            for e in edges:
-                total_load[e] += other.params["mbps"]
-                if other.hard:
-                    hard_load[e] += other.params["mbps"]
-    load = hard_load if pol.hard else total_load
+        for a, b in pol.pairs:
+            edges = dc.network.path_edges(dc.host_name(placement[a]), dc.host_name(placement[b]))
+            loads.paths[(a, b)] = edges
+            for e in edges or []:
+                loads.total[e] += pol.params["mbps"]
+                if pol.hard:
+                    loads.hard[e] += pol.params["mbps"]
+    return loads
+
+
+def _bandwidth(dc: Datacenter, pol: Policy, loads: BandwidthLoads) -> Evaluation:
+    """Loads of every bandwidth policy of the request are summed per edge; hard pairs must fit
+    with the hard load alone, a soft pair is violated where the total load does not fit (a pair
+    with no path is violated)."""
+    net = dc.network
+    load = loads.hard if pol.hard else loads.total
     bad = []
     for a, b in pol.pairs:
-        ha, hb = dc.host_name(placement[a]), dc.host_name(placement[b])
-        edges = [] if ha == hb else (net.path_edges(ha, hb) or [])
-        over = any(net.nodes[e].bandwidth is not None and
-                   load[e] > net.nodes[e].bandwidth + EPSILON for e in edges)
-        if over or (a, b) in unreachable:
+        edges = loads.paths[(a, b)]
+        if edges is None or any(net.nodes[e].bandwidth is not None and
+                                load[e] > net.nodes[e].bandwidth + EPSILON for e in edges):
             bad.append((a, b))
     return Evaluation(pol, len(bad), sorted({c for pair in bad for c in pair}))
