@@ -22,6 +22,7 @@ from cddlm.application.service import Service
 from cddlm.application.store import Store
 from cddlm.config import Settings
 from cddlm.notify.delivery import Delivery
+from cddlm.notify.messages import portal_address
 from cddlm.notify.subscriptions import Subscriptions
 from cddlm.portal import wsgi
 from cddlm.portal.handlers import Handlers
@@ -78,7 +79,7 @@ class Portal:
 
     @property
     def endpoint(self) -> str:
-        return self.url.rstrip("/") + "/cddlm/portal"
+        return portal_address(self.url)
 
     def start(self) -> None:
         from apscheduler.schedulers.background import BackgroundScheduler

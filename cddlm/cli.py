@@ -272,7 +272,7 @@ def cmd_watch(args: argparse.Namespace) -> int:
     # Ctrl-C and SIGTERM end the watch (and its subscriptions), even when started in background
     signal.signal(signal.SIGINT, interrupt)
     signal.signal(signal.SIGTERM, interrupt)
-    host, _, port = (args.listen or "127.0.0.1:0").rpartition(":")
+    host, _, port = args.listen.rpartition(":")
     if not host or not port.isdigit():
         raise SystemExit(_usage("--listen expects HOST:PORT, got %r" % args.listen))
     portal = _portal(args)

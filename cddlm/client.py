@@ -33,7 +33,7 @@ import zeep
 from lxml import etree
 from zeep.transports import Transport
 
-from cddlm import ns, xmlsafe
+from cddlm import ns, wsa, xmlsafe
 from cddlm.errors import ClientError
 from cddlm.listener import Event, Listener
 from cddlm.notify.topics import topic_element
@@ -158,16 +158,12 @@ class Portal:
         return Application(self, _reference(r))
 
     def property(self, local: str, namespace: str = ns.API) -> list[etree._Element]:
-        return _get_property(self, self.service, namespace, local)
+        return _get_property(self, self.service, self.url, namespace, local)
 
     def applications(self) -> list["Application"]:
         (holder,) = self.property("applications")
-        out = []
-        for epr in holder.iterfind(A + "applicationReference"):
-            address = epr.findtext("{%s}Address" % ns.WSA) or ""
-            rid = epr.findtext("{%s}ReferenceParameters/%sResourceId" % (ns.WSA, A)) or ""
-            out.append(Application(self, Reference(address.strip(), rid.strip())))
-        return out
+        return [Application(self, _epr_reference(epr))
+                for epr in holder.iterfind(A + "applicationReference")]
 
     def set_host_state(self, host: str, down: bool, reason: str | None = None) -> etree._Element:
         req = etree.Element("{%s}setHostStateRequest" % ns.EXT, nsmap={"ext": ns.EXT})
@@ -211,15 +207,21 @@ def _post(portal: Portal, address: str, body: etree._Element,
                                        timeout=portal.transport.operation_timeout)
     except (requests.RequestException, OSError) as e:
         raise Unreachable("cannot reach %s: %s" % (address, e)) from None
+    return _body(response, address)[0]
+
+
+def _body(response: requests.Response, address: str) -> etree._Element:
+    """The SOAP body of a response, raising ``PortalFault`` for a fault and ``Unreachable``
+    for an answer that is not SOAP."""
     try:
         doc = xmlsafe.parse(response.content)
     except ClientError:
         raise Unreachable("%s answered HTTP %d without SOAP" % (address, response.status_code)) from None
-    result = doc.find("{%s}Body" % ns.SOAP11_ENV)
-    if result is None:
+    body = doc.find("{%s}Body" % ns.SOAP11_ENV)
+    if body is None:
         raise Unreachable("%s answered HTTP %d without a SOAP body" % (address, response.status_code))
-    _raise_fault(result)
-    return result[0]
+    _raise_fault(body)
+    return body
 
 
 def _raise_fault(body: etree._Element) -> None:
@@ -231,22 +233,36 @@ def _raise_fault(body: etree._Element) -> None:
                           fault.findtext("faultstring") or "fault", el)
 
 
-def _get_property(portal: Portal, service: Any, namespace: str, local: str) -> list[etree._Element]:
+def _get_property(portal: Portal, service: Any, address: str, namespace: str,
+                  local: str) -> list[etree._Element]:
     with portal.zeep.settings(raw_response=True):
         response = portal._call(service.GetResourceProperty, etree.QName(namespace, local))
-    body = etree.fromstring(response.content).find("{%s}Body" % ns.SOAP11_ENV)
-    _raise_fault(body)
-    return list(body[0])
+    return list(_body(response, address)[0])
+
+
+def _resource_id_headers(resource_id: str) -> list[etree._Element]:
+    """The ResourceId reference parameter as a header block (none without an id)."""
+    if not resource_id:
+        return []
+    header = etree.Element(A + "ResourceId", nsmap={"api": ns.API, "wsa": ns.WSA})
+    header.text = resource_id
+    header.set("{%s}IsReferenceParameter" % ns.WSA, "true")
+    return [header]
+
+
+def _epr_reference(el: etree._Element) -> Reference:
+    """An EPR element's address and ResourceId (empty strings when missing)."""
+    ref = wsa.parse_epr(el)
+    if ref is None:
+        return Reference("", "")
+    return Reference(ref.address, ref.parameter(A + "ResourceId") or "")
 
 
 class Application:
     def __init__(self, portal: Portal, reference: Reference):
         self.portal = portal
         self.reference = reference
-        header = etree.Element(A + "ResourceId", nsmap={"api": ns.API, "wsa": ns.WSA})
-        header.text = reference.resource_id
-        header.set("{%s}IsReferenceParameter" % ns.WSA, "true")
-        self._headers = [header] if reference.resource_id else []
+        self._headers = _resource_id_headers(reference.resource_id)
         self.service = portal.zeep.create_service(APP_BINDING, reference.address)
 
     @property
@@ -298,12 +314,10 @@ class Application:
     def resolve(self, path: str) -> Any:
         with self.portal.zeep.settings(raw_response=True):
             response = self._call("resolve", path=path)
-        body = etree.fromstring(response.content).find("{%s}Body" % ns.SOAP11_ENV)
-        _raise_fault(body)
-        return _value(body[0][0])
+        return _value(_body(response, self.reference.address)[0][0])
 
     def property(self, local: str, namespace: str = ns.API) -> list[etree._Element]:
-        return _get_property(self.portal, self.service, namespace, local)
+        return _get_property(self.portal, self.service, self.reference.address, namespace, local)
 
     def property_many(self, *locals_: str, namespace: str = ns.API) -> list[etree._Element]:
         """Several properties in one GetMultipleResourceProperties request."""
@@ -385,10 +399,8 @@ def _subscribe(portal: Portal, address: str, headers: list, consumer: str, topic
                termination: str | None, message_filter: str | None) -> "Subscription":
     response = _post(portal, address, subscribe_request(consumer, topic, termination, message_filter),
                      headers)
-    ref = response.find(WSNT + "SubscriptionReference")
-    return Subscription(portal, ref.findtext("{%s}Address" % ns.WSA).strip(),
-                        (ref.findtext("{%s}ReferenceParameters/%sResourceId" % (ns.WSA, A)) or "").strip(),
-                        response.findtext(WSNT + "TerminationTime"))
+    ref = _epr_reference(response.find(WSNT + "SubscriptionReference"))
+    return Subscription(portal, ref.address, ref.resource_id, response.findtext(WSNT + "TerminationTime"))
 
 
 def _current_message(portal: Portal, address: str, headers: list, topic: str) -> etree._Element:
@@ -406,10 +418,7 @@ class Subscription:
         self.address = address
         self.resource_id = resource_id
         self.termination_time = termination_time
-        header = etree.Element(A + "ResourceId", nsmap={"api": ns.API, "wsa": ns.WSA})
-        header.text = resource_id
-        header.set("{%s}IsReferenceParameter" % ns.WSA, "true")
-        self._headers = [header] if resource_id else []
+        self._headers = _resource_id_headers(resource_id)
 
     def _call(self, body: etree._Element) -> etree._Element:
         return _post(self.portal, self.address, body, self._headers)

@@ -15,7 +15,8 @@ import time
 from typing import Callable, TextIO
 
 from cddlm import ns
-from cddlm.client import Application, Listener, Portal, PortalFault, Subscription, Unreachable
+from cddlm.client import (Application, Listener, Portal, PortalFault, Reference, Subscription,
+                          Unreachable)
 from cddlm.listener import Event
 
 LIFETIME = "PT10M"
@@ -114,7 +115,6 @@ class Follower:
             self._drop(key)
 
 
-def _reference(event: Event):
-    from cddlm.client import Reference
+def _reference(event: Event) -> Reference:
     ref = event.application
     return Reference(ref.address, ref.parameter(A + "ResourceId") or event.resource_id or "")

@@ -112,7 +112,7 @@ class Listener:
 
     def stop(self) -> None:
         if self._server is not None:
-            stop_server(self._server, self._thread)
+            httpserver.stop(self._server, self._thread, timeout=1)
             self._server = None
             self._thread = None
 
@@ -175,11 +175,6 @@ class Listener:
                 return False
             self._seen[key] = 1
         return True
-
-
-def stop_server(server, thread=None) -> None:
-    """Stop a waitress server at once (see ``cddlm.httpserver``)."""
-    httpserver.stop(server, thread, timeout=1)
 
 
 def _answer(start_response, status: str, body: bytes):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
+from typing import Iterable
 
 from lxml import etree
 
@@ -24,14 +25,24 @@ def q(local: str, namespace: str = ns.WSA) -> str:
 
 
 def epr(tag: str, address: str, resource_id: str | None = None,
-        resource_tag: str = "{%s}ResourceId" % ns.API) -> etree._Element:
-    """``<tag><wsa:Address/><wsa:ReferenceParameters><api:ResourceId/>..</tag>``."""
+        resource_tag: str = "{%s}ResourceId" % ns.API,
+        parameters: Iterable[etree._Element] = ()) -> etree._Element:
+    """``<tag><wsa:Address/><wsa:ReferenceParameters><api:ResourceId/>..</tag>``: the
+    ReferenceParameters hold the ResourceId (if given), then a copy of each of ``parameters``."""
     el = etree.Element(tag, nsmap={"wsa": ns.WSA, "api": ns.API})
     etree.SubElement(el, q("Address")).text = address
-    if resource_id is not None:
+    parameters = list(parameters)
+    if resource_id is not None or parameters:
         params = etree.SubElement(el, q("ReferenceParameters"))
-        etree.SubElement(params, resource_tag).text = resource_id
+        if resource_id is not None:
+            etree.SubElement(params, resource_tag).text = resource_id
+        params.extend(_copy(p) for p in parameters)
     return el
+
+
+def _copy(el: etree._Element) -> etree._Element:
+    """A standalone copy of ``el`` (declaring every namespace it uses)."""
+    return etree.fromstring(etree.tostring(el))
 
 
 @dataclass
@@ -124,7 +135,7 @@ def headers_for(reference: Reference, action: str, message_id: str | None = None
         el.text = text
         out.append(el)
     for p in reference.parameters:
-        copy = etree.fromstring(etree.tostring(p))
+        copy = _copy(p)
         copy.set(q("IsReferenceParameter"), "true")
         out.append(copy)
     return out

@@ -39,6 +39,11 @@ from cddlm.xsdtypes import parse_time
 APP_PATH = "/cddlm/applications/"
 
 
+def app_address(portal: str, view_id: str) -> str:
+    """The address of application view ``view_id`` on the portal at base URL ``portal``."""
+    return portal.rstrip("/") + APP_PATH + view_id
+
+
 @dataclass
 class DescriptorInput:
     language: str

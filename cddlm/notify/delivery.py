@@ -37,6 +37,7 @@ log = logging.getLogger(__name__)
 MAINTENANCE_INTERVAL = 1.0
 PRUNE_INTERVAL = 60.0
 FAN_OUT_LIMIT = 1000
+IDLE_GAP = 0.02   # seconds between rounds that found nothing to do
 
 
 class _Bounded(OrderedDict):
@@ -174,7 +175,7 @@ class Delivery:
         with self.store.write() as conn:
             if outcomes:
                 outbox.record(conn, self.owner, now, outcomes, self.settings)
-            fanned = outbox.fan_out(conn, now, FAN_OUT_LIMIT, postgres, self._matches)
+            fanned = outbox.fan_out(conn, now, FAN_OUT_LIMIT, postgres, self._matcher())
             batches = outbox.claim(conn, self.owner, now, self.lease, capacity,
                                    self.settings.delivery_batch, postgres, take) if capacity > 0 else []
             wanted = {i for b in batches for i in b.events}
@@ -213,9 +214,21 @@ class Delivery:
                                consumer)
         return route, route.head()
 
-    def _matches(self, sub_id: str, message_filter: str | None, event: outbox.Event) -> bool:
-        compiled = self._filters.get_or(sub_id, lambda: topics.MessageFilter.from_json(message_filter))
-        return compiled is None or compiled.matches(messages.payload(event.topic, event.data))
+    def _matcher(self) -> Callable[[str, str | None, outbox.Event], bool]:
+        """The content-filter check for one fan-out: each event's message is built once for the
+        round, however many filtered subscriptions it is matched against."""
+        elements: dict[int, etree._Element] = {}
+
+        def matches(sub_id: str, message_filter: str | None, event: outbox.Event) -> bool:
+            compiled = self._filters.get_or(sub_id, lambda: topics.MessageFilter.from_json(message_filter))
+            if compiled is None:
+                return True
+            element = elements.get(event.id)
+            if element is None:
+                element = elements[event.id] = messages.payload(event.topic, event.data)
+            return compiled.matches(element)
+
+        return matches
 
     def _maintain(self, now: float) -> None:
         self._next_maintenance = now + MAINTENANCE_INTERVAL
@@ -223,19 +236,20 @@ class Delivery:
         with self.store.single() as conn:
             expirable = outbox.expirable(conn, now)
             unwanted = outbox.unwanted(conn, now)
-        if not (expirable or unwanted or prune):
+            orphaned = outbox.orphaned(conn, self.owner)
+        if not (expirable or unwanted or orphaned or prune):
             return
         with self.store.write() as conn:
             if expirable:
                 outbox.expire(conn, now)
             if unwanted:
                 outbox.mark_unwanted(conn, now)
+            if orphaned:
+                outbox.release_orphaned(conn, self.owner)
             if prune:
                 self._next_prune = now + PRUNE_INTERVAL
                 outbox.prune_events(conn, now, self.settings.event_retention_seconds)
 
-
-IDLE_GAP = 0.02   # seconds between rounds that found nothing to do
 
 
 def _payload_bytes(event: outbox.Event) -> bytes:

@@ -19,7 +19,7 @@ from lxml import etree
 
 from cddlm import ns, wsa
 from cddlm.application.repository import PORTAL_PRODUCER
-from cddlm.application.service import APP_PATH
+from cddlm.application.service import app_address
 from cddlm.notify import topics
 from cddlm.xmlsafe import clean
 from cddlm.xsdtypes import format_datetime
@@ -74,8 +74,8 @@ def created_event(data: dict) -> etree._Element:
     _sub(el, "ResourceId", data["ResourceId"])
     if data.get("name"):
         _sub(el, "name", data["name"])
-    el.append(wsa.epr(A + "applicationReference",
-                      data["portal"].rstrip("/") + APP_PATH + data["view"], data["ResourceId"]))
+    el.append(wsa.epr(A + "applicationReference", app_address(data["portal"], data["view"]),
+                      data["ResourceId"]))
     _sub(el, "timestamp", format_datetime(float(data["timestamp"])))
     return el
 
@@ -96,13 +96,18 @@ SAMPLES = {  # a message of each producer kind, to try message-content filters o
 
 
 # -- references -------------------------------------------------------------------------------
+def portal_address(portal: str) -> str:
+    """The portal endpoint of the portal at base URL ``portal``."""
+    return portal.rstrip("/") + PORTAL_PATH
+
+
 def manager_address(portal: str, sub_id: str) -> str:
     return portal.rstrip("/") + MANAGER_PATH + sub_id
 
 
-def resource_id(sub_id: str) -> str:
+def resource_id(sub_id: str | uuid.UUID) -> str:
     """The subscription's ``api:ResourceId`` (its id as a URN)."""
-    return "urn:uuid:" + str(uuid.UUID(hex=sub_id))
+    return "urn:uuid:" + str(sub_id if isinstance(sub_id, uuid.UUID) else uuid.UUID(hex=sub_id))
 
 
 def subscription_reference(tag: str, portal: str, sub_id: str) -> etree._Element:
@@ -111,8 +116,8 @@ def subscription_reference(tag: str, portal: str, sub_id: str) -> etree._Element
 
 def producer_reference(tag: str, portal: str, producer: str, view: str | None) -> etree._Element:
     if producer == PORTAL_PRODUCER:
-        return wsa.epr(tag, portal.rstrip("/") + PORTAL_PATH)
-    return wsa.epr(tag, portal.rstrip("/") + APP_PATH + (view or ""), producer)
+        return wsa.epr(tag, portal_address(portal))
+    return wsa.epr(tag, app_address(portal, view or ""), producer)
 
 
 # -- Notify -----------------------------------------------------------------------------------

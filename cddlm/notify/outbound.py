@@ -15,6 +15,7 @@ long-lived connections rather than one per message.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 import threading
@@ -64,7 +65,7 @@ def check_address(address: str, networks: tuple[str, ...], resolver: Resolver = 
             raise refused("consumer host %r does not resolve: %s" % (host, e)) from None
     if not addresses:
         raise refused("consumer host %r does not resolve" % host)
-    allowed = [ipaddress.ip_network(n, strict=False) for n in networks]
+    allowed = _networks(tuple(networks))
     for text in addresses:
         ip = ipaddress.ip_address(text.split("%", 1)[0])
         if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
@@ -72,6 +73,13 @@ def check_address(address: str, networks: tuple[str, ...], resolver: Resolver = 
         if not any(ip.version == net.version and ip in net for net in allowed):
             raise refused("consumer host %r (%s) is not in a network this portal may notify "
                           "(allowed: %s)" % (host, ip, ", ".join(networks) or "none"))
+
+
+@functools.lru_cache(maxsize=8)
+def _networks(networks: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """The configured networks, parsed once per configuration rather than on every check
+    (a sender checks before every request)."""
+    return tuple(ipaddress.ip_network(n, strict=False) for n in networks)
 
 
 class Sender:

@@ -32,7 +32,7 @@ from sqlalchemy import (and_, bindparam, case, delete, exists, func, insert, or_
 from sqlalchemy.engine import Connection
 
 from cddlm.application.repository import PORTAL_PRODUCER
-from cddlm.application.tables import applications, deliveries, events, subscriptions
+from cddlm.application.tables import applications, deliveries, engines, events, subscriptions
 from cddlm.config import Settings
 from cddlm.notify.records import ENDED, FAILED, LIVE
 
@@ -98,11 +98,19 @@ def fan_out(conn: Connection, now: float, limit: int, postgres: bool,
         ["subscription_id", "event_id", "queued"],
         select(s.id, e.id, bindparam("now")).select_from(pairs)
         .where(_IN_RANGE, s.message_filter.is_(None))), params)
+    parsed: dict[int, Event] = {}            # each event's message read once, for every pair
+
+    def event(r) -> Event:
+        found = parsed.get(r.id)
+        if found is None:
+            found = parsed[r.id] = Event(r.id, r.producer, r.topic, json.loads(r.message))
+        return found
+
     filtered = [{"subscription_id": r.sid, "event_id": r.id, "queued": now}
                 for r in conn.execute(select(s.id.label("sid"), s.message_filter, e.id, e.producer,
                                              e.topic, e.message).select_from(pairs)
                                       .where(_IN_RANGE, s.message_filter.is_not(None)), params)
-                if matcher(r.sid, r.message_filter, Event(r.id, r.producer, r.topic, json.loads(r.message)))]
+                if matcher(r.sid, r.message_filter, event(r))]
     if filtered:
         conn.execute(insert(deliveries), filtered)
     conn.execute(update(subscriptions).where(s.id.in_(
@@ -219,6 +227,25 @@ def _failed(conn: Connection, owner: str, now: float, o: Outcome, settings: Sett
 def release(conn: Connection, owner: str) -> None:
     """Give up every lease ``owner`` holds (a portal stopping)."""
     conn.execute(update(subscriptions).where(s.owner == owner).values(owner=None, lease_expires=None))
+
+
+# leased by a portal whose engine is no longer registered (released as dead), other than ``me``
+_ORPHANED = and_(s.owner.is_not(None), s.owner != bindparam("me"),
+                 ~exists().where(engines.c.id == s.owner))
+
+
+def orphaned(conn: Connection, me: str) -> bool:
+    """Whether some subscription is leased by a portal that is gone (a read, for the
+    maintenance pass)."""
+    return conn.execute(select(s.id).where(_ORPHANED).limit(1), {"me": me}).first() is not None
+
+
+def release_orphaned(conn: Connection, me: str) -> int:
+    """Free the leases of portals whose engines are gone (a dead engine's row is deleted by
+    the engine that finds it dead), so their deliveries resume without waiting for the lease
+    to expire; an expired lease remains claimable anyway."""
+    return conn.execute(update(subscriptions).where(_ORPHANED).values(owner=None, lease_expires=None),
+                        {"me": me}).rowcount
 
 
 # -- looking and cleaning -----------------------------------------------------------------------

@@ -82,9 +82,14 @@ def read_option(option: Option, now: float, default_seconds: float) -> Subscribe
     return SubscribeRequest(consumer, consumer_xml(consumer), everything, now + default_seconds)
 
 
+def is_nil(el: etree._Element) -> bool:
+    """Whether a nillable element is ``xsi:nil``."""
+    return el.get(NIL) in ("true", "1")
+
+
 def requested_time(el: etree._Element, now: float, fault_name: str) -> float | None:
     """An AbsoluteOrRelativeTime (nil: never), which must lie in the future."""
-    if el.get(NIL) in ("true", "1"):
+    if is_nil(el):
         return None
     minimum = (WSNT + "MinimumTime", format_datetime(now))
     try:
@@ -99,11 +104,7 @@ def requested_time(el: etree._Element, now: float, fault_name: str) -> float | N
 
 
 def consumer_xml(consumer: wsa.Reference) -> str:
-    el = wsa.epr(WSNT + "ConsumerReference", consumer.address)
-    if consumer.parameters:
-        params = etree.SubElement(el, "{%s}ReferenceParameters" % ns.WSA)
-        for p in consumer.parameters:
-            params.append(etree.fromstring(etree.tostring(p)))
+    el = wsa.epr(WSNT + "ConsumerReference", consumer.address, parameters=consumer.parameters)
     return etree.tostring(el, encoding="unicode")
 
 

@@ -56,11 +56,11 @@ class Subscription:
 
 
 _COLUMNS = [f.name for f in fields(Subscription) if f.name != "undelivered"]
-_GET = select(*[subscriptions.c[n] for n in _COLUMNS],
-              select(func.count()).select_from(deliveries)
-              .where(deliveries.c.subscription_id == subscriptions.c.id)
-              .scalar_subquery().label("undelivered")) \
-    .where(subscriptions.c.id == bindparam("sid"))
+_GET = select(*[subscriptions.c[n] for n in _COLUMNS]).where(subscriptions.c.id == bindparam("sid"))
+_UNDELIVERED = select(func.count()).select_from(deliveries) \
+    .where(deliveries.c.subscription_id == subscriptions.c.id).scalar_subquery().label("undelivered")
+_GET_COUNTED = _GET.add_columns(_UNDELIVERED)
+_COUNT = select(func.count()).select_from(deliveries).where(deliveries.c.subscription_id == bindparam("sid"))
 
 
 def new_id() -> str:
@@ -80,9 +80,15 @@ def insert_subscription(conn: Connection, request: SubscribeRequest, producer: s
     return sub_id
 
 
-def get(conn: Connection, sub_id: str) -> Subscription | None:
-    row = conn.execute(_GET, {"sid": sub_id}).first()
+def get(conn: Connection, sub_id: str, *, count: bool = True) -> Subscription | None:
+    """The subscription; ``undelivered`` is counted only when ``count`` (else it is 0)."""
+    row = conn.execute(_GET_COUNTED if count else _GET, {"sid": sub_id}).first()
     return Subscription(**row._mapping) if row is not None else None
+
+
+def undelivered(conn: Connection, sub_id: str) -> int:
+    """How many messages are queued for the subscription."""
+    return conn.execute(_COUNT, {"sid": sub_id}).scalar() or 0
 
 
 def change(conn: Connection, sub_id: str, **values: Any) -> int:
@@ -105,7 +111,7 @@ def lock_sequence(conn: Connection, app_id: str) -> int | None:
 
 def producer_gone(conn: Connection, app_id: str) -> None:
     """The application is destroyed: its subscriptions deliver what is queued (and its last
-    events, which may not be fanned out yet), then ``outbox.end_drained`` removes them."""
+    events, which may not be fanned out yet), then ``outbox.expire`` removes them."""
     conn.execute(update(subscriptions).where(subscriptions.c.producer == app_id,
                                              subscriptions.c.status == ACTIVE)
                  .values(status=ENDED))

@@ -51,13 +51,15 @@ class Subscriptions:
         return records.insert_subscription(conn, request, app_id, view.id, portal, 0, now)
 
     def producer_gone(self, conn: Connection, app_id: str, now: float) -> None:
+        """``now`` is unused (kept for the caller, ``Service.destroy``)."""
         records.producer_gone(conn, app_id)
 
     # -- NotificationProducer -----------------------------------------------------------------
     def subscribe(self, body: etree._Element, kind: str, producer: str, view: str | None,
-                  portal: str) -> Subscription:
+                  portal: str) -> tuple[str, float | None]:
         """A ``wsnt:Subscribe`` sent to the portal (``producer`` "portal") or to an application
-        view (``producer`` its id, ``view`` the view's id)."""
+        view (``producer`` its id, ``view`` the view's id); returns the new subscription's id
+        and termination time (its manager is on ``portal``)."""
         now = self.clock()
         request = self._check(parse.read_subscribe(body, kind, now,
                                                    self.settings.default_subscription_seconds))
@@ -68,7 +70,7 @@ class Subscriptions:
                 if start is None:
                     raise ResourceUnknown("application %s does not exist" % producer)
             sub_id = records.insert_subscription(conn, request, producer, view, portal, start, now)
-            return records.get(conn, sub_id)
+        return sub_id, request.termination_time
 
     def current_message(self, topic_el: etree._Element, kind: str, producer: str) -> etree._Element:
         topic = topics.topic_of(topic_el, kind)
@@ -81,11 +83,17 @@ class Subscriptions:
 
     # -- SubscriptionManager --------------------------------------------------------------------
     def get(self, sub_id: str) -> Subscription:
+        """The subscription, without its ``undelivered`` count (see ``undelivered``)."""
         with self.store.read() as conn:
-            sub = records.get(conn, sub_id)
+            sub = records.get(conn, sub_id, count=False)
         if sub is None or (sub.termination_time is not None and sub.termination_time <= self.clock()):
             raise ResourceUnknown("no subscription %s" % sub_id)
         return sub
+
+    def undelivered(self, sub_id: str) -> int:
+        """How many messages are queued for the subscription."""
+        with self.store.read() as conn:
+            return records.undelivered(conn, sub_id)
 
     def renew(self, sub_id: str, requested: etree._Element) -> tuple[float | None, float]:
         """A new termination time; returns it and the current time."""

@@ -19,13 +19,14 @@ from cddlm.application.service import Service
 from cddlm.errors import BadArgument, ResourceUnknown
 from cddlm.lang import registry
 from cddlm.notify import topics
-from cddlm.notify.messages import termination_info
+from cddlm.notify.messages import portal_address, termination_info
+from cddlm.notify.parse import is_nil
 from cddlm.portal import messages as m
 from cddlm.portal import properties as rp
 from cddlm.portal.soap import Endpoint, Operation, Request
 from cddlm.xsdtypes import format_datetime, format_duration, parse_datetime, parse_duration
 
-API, RPNS, RL, WSNT = ns.API, ns.WSRF_RP, ns.WSRF_RL, ns.WSNT
+API, RL, WSNT = ns.API, ns.WSRF_RL, ns.WSNT
 RLW = "http://docs.oasis-open.org/wsrf/rlw-2/"
 STATES = ("instantiated", "initialized", "running", "failed", "terminated")
 
@@ -99,7 +100,7 @@ class Handlers:
         info = m.element("staticInfo")
         for key, value in (("name", "cddlm"), ("version", __version__), ("build", __version__),
                            ("home", "https://github.com/cddlm/cddlm"),
-                           ("location", portal.rstrip("/") + "/cddlm/portal")):
+                           ("location", portal_address(portal))):
             m.sub(info, key, value)
         langs = m.sub(info, "languages")
         for lang in registry.languages():
@@ -216,8 +217,7 @@ class Handlers:
         duration = req.body.find(_q(RL, "RequestedLifetimeDuration"))
         now = time.time()
         if requested is not None:
-            nil = requested.get("{%s}nil" % ns.XSI) in ("true", "1")
-            when = None if nil else parse_datetime(requested.text or "")
+            when = None if is_nil(requested) else parse_datetime(requested.text or "")
         elif duration is not None:
             when = now + parse_duration(duration.text or "")
         else:
@@ -225,11 +225,7 @@ class Handlers:
                               "RequestedLifetimeDuration")
         new = self.service.set_termination_time(app.id, when)
         out = etree.Element(_q(RL, "SetTerminationTimeResponse"), nsmap={"wsrf-rl": RL, "xsi": ns.XSI})
-        nt = etree.SubElement(out, _q(RL, "NewTerminationTime"))
-        if new is None:
-            nt.set("{%s}nil" % ns.XSI, "true")
-        else:
-            nt.text = format_datetime(new)
+        out.append(rp.termination_time(new, _q(RL, "NewTerminationTime")))
         etree.SubElement(out, _q(RL, "CurrentTime")).text = format_datetime(now)
         return out
 

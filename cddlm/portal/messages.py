@@ -10,7 +10,7 @@ from lxml import etree
 from cddlm import ns, wsa
 from cddlm.application.options import Option
 from cddlm.application.repository import View
-from cddlm.application.service import APP_PATH, DescriptorInput
+from cddlm.application.service import DescriptorInput, app_address
 from cddlm.errors import BadArgument
 from cddlm.xmlsafe import clean
 from cddlm.xsdtypes import format_datetime, parse_boolean
@@ -52,7 +52,7 @@ def timestamp(local: str, ts: float) -> etree._Element:
 
 
 def app_reference(view: View, tag: str = q("applicationReference")) -> etree._Element:
-    return wsa.epr(tag, view.portal.rstrip("/") + APP_PATH + view.id, view.app_id)
+    return wsa.epr(tag, app_address(view.portal, view.id), view.app_id)
 
 
 # -- options, properties, descriptors ----------------------------------------------------------

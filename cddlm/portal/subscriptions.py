@@ -48,12 +48,12 @@ class SubscriptionHandlers:
     def producer_operations(self, kind: str, producer: Producer) -> dict[str, Operation]:
         def subscribe(req: Request) -> etree._Element:
             who, view = producer(req)
-            sub = self.subscriptions.subscribe(req.body, kind, who, view, req.portal)
+            sub_id, until = self.subscriptions.subscribe(req.body, kind, who, view, req.portal)
             now = self.subscriptions.clock()
             return _wsnt("SubscribeResponse",
-                         nm.subscription_reference(WSNT + "SubscriptionReference", sub.portal, sub.id),
+                         nm.subscription_reference(WSNT + "SubscriptionReference", req.portal, sub_id),
                          _time("CurrentTime", now),
-                         rp.termination_time(sub.termination_time, WSNT + "TerminationTime"))
+                         rp.termination_time(until, WSNT + "TerminationTime"))
 
         def current_message(req: Request) -> etree._Element:
             who, _ = producer(req)
@@ -72,13 +72,13 @@ class SubscriptionHandlers:
         """The subscription a request names: its address, checked against its ResourceId."""
         sub_id = req.path.strip("/").split("/")[0]
         try:
-            expected = nm.resource_id(sub_id)
+            parsed = uuid.UUID(hex=sub_id)
         except ValueError:
             raise ResourceUnknown("no subscription %r (address /cddlm/subscriptions/ID)" % sub_id) from None
         given = req.resource_id()
-        if given and given != expected:
+        if given and given != nm.resource_id(parsed):
             raise ResourceUnknown("the address and the ResourceId name different subscriptions")
-        return uuid.UUID(hex=sub_id).hex
+        return parsed.hex
 
     def renew(self, req: Request) -> etree._Element:
         when, now = self.subscriptions.renew(self.sub_id(req), req.body.find(WSNT + "TerminationTime"))
@@ -109,7 +109,7 @@ class SubscriptionHandlers:
             WSNT + "CreationTime": lambda: [_time("CreationTime", sub.created)],
             RL + "CurrentTime": rp.current_time,
             RL + "TerminationTime": lambda: [rp.termination_time(sub.termination_time)],
-            m.q("subscriptionStatus"): lambda: [status(sub)],
+            m.q("subscriptionStatus"): lambda: [status(sub, self.subscriptions.undelivered(sub.id))],
         })
 
     def manager_endpoint(self) -> Endpoint:
@@ -125,11 +125,12 @@ class SubscriptionHandlers:
         })
 
 
-def status(sub: Subscription) -> etree._Element:
-    """``api:subscriptionStatus``: how delivery to this subscription's consumer goes."""
+def status(sub: Subscription, undelivered: int) -> etree._Element:
+    """``api:subscriptionStatus``: how delivery to this subscription's consumer goes
+    (``undelivered`` messages are queued for it)."""
     el = m.element("subscriptionStatus")
     m.sub(el, "state", sub.state)
-    m.sub(el, "undelivered", sub.undelivered)
+    m.sub(el, "undelivered", undelivered)
     m.sub(el, "delivered", sub.delivered)
     if sub.last_delivered is not None:
         m.sub(el, "lastDelivery", format_datetime(sub.last_delivered))

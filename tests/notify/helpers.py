@@ -15,7 +15,7 @@ from cddlm import ns
 from cddlm.application.options import Option
 from cddlm.application.service import DescriptorInput
 from cddlm import httpserver
-from cddlm.listener import Event, Listener, stop_server
+from cddlm.listener import Event, Listener
 from tests.conftest import WsgiClient, free_port, shared_dir
 from tests.schemas import validate_envelope
 
@@ -37,7 +37,7 @@ def wsgi_server(app, port: int = 0) -> Iterator[str]:
     try:
         yield "http://127.0.0.1:%d" % int(server.effective_port)
     finally:
-        stop_server(server, thread)
+        httpserver.stop(server, thread, timeout=1)
 
 
 @contextlib.contextmanager

@@ -125,7 +125,8 @@ def heartbeat(conn: Connection, engine_id: str, now: float) -> None:
 
 def release_dead(conn: Connection, now: float, stale_after: float, alone: bool,
                  me: str) -> int:
-    """Free the leases of engines that stopped heart-beating (all others' when ``alone``)."""
+    """Free the leases of engines that stopped heart-beating (all others' when ``alone``) and
+    unregister them (notification leases are freed by ``notify.outbox.release_orphaned``)."""
     if alone:
         dead = [r[0] for r in conn.execute(select(engines.c.id).where(engines.c.id != me))]
     else:
@@ -135,9 +136,6 @@ def release_dead(conn: Connection, now: float, stale_after: float, alone: bool,
         return 0
     n = conn.execute(update(work).where(work.c.owner.in_(dead))
                      .values(owner=None, lease_expires=None)).rowcount
-    from cddlm.application.tables import subscriptions   # notification deliveries in flight
-    conn.execute(update(subscriptions).where(subscriptions.c.owner.in_(dead))
-                 .values(owner=None, lease_expires=None))
     conn.execute(delete(engines).where(engines.c.id.in_(dead)))
     return n
 
