@@ -38,7 +38,6 @@ class Settings:
     liveness_interval: float = 2.0           # scheduled check of every running component
     hosts_dir: str | None = None             # local hosts' directories (default STATE/hosts);
                                              # portals sharing a store must share this too
-    stop_grace_seconds: float = 5.0
     # descriptors
     import_path: tuple[str, ...] = ()        # folders searched for classpath:/ and library imports
     allowed_import_prefixes: tuple[str, ...] = ()   # network locations a descriptor may import

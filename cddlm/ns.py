@@ -15,17 +15,14 @@ LIBRARY_PREFIX = "urn:cddlm:library:"    # the component library: urn:cddlm:libr
 
 SOAP11_ENV = "http://schemas.xmlsoap.org/soap/envelope/"
 XSI = "http://www.w3.org/2001/XMLSchema-instance"
-XSD = "http://www.w3.org/2001/XMLSchema"
 XML = "http://www.w3.org/XML/1998/namespace"
 
 WSA = "http://www.w3.org/2005/08/addressing"
 WSA_2004 = "http://schemas.xmlsoap.org/ws/2004/08/addressing"
 WSA_2003 = "http://schemas.xmlsoap.org/ws/2003/03/addressing"
-WSA_ANONYMOUS = WSA + "/anonymous"
 WSAM = "http://www.w3.org/2007/05/addressing/metadata"
 
 WSRF_RP = "http://docs.oasis-open.org/wsrf/rp-2"
-WSRF_RPW = "http://docs.oasis-open.org/wsrf/rpw-2"
 WSRF_RL = "http://docs.oasis-open.org/wsrf/rl-2"
 WSRF_RLW = "http://docs.oasis-open.org/wsrf/rlw-2"
 WSRF_R = "http://docs.oasis-open.org/wsrf/r-2"
@@ -45,7 +42,6 @@ CREATED_TOPIC = "{%s}ApplicationCreated" % API
 
 WSRF_FAULT_ACTION = "http://docs.oasis-open.org/wsrf/fault"
 WSN_FAULT_ACTION = "http://docs.oasis-open.org/wsn/fault"
-WSA_FAULT_ACTION = WSA + "/fault"
 
 NSMAP = {
     "soapenv": SOAP11_ENV,

@@ -257,7 +257,7 @@ class LocalRunner:
         while True:
             gone = self.check_process(pid, started)
             if gone is not None:
-                return self._failure(t, gone, base, "exited before it was ready: ")
+                return self._failure(gone, base, "exited before it was ready: ")
             problem = readiness(ready, workdir)
             if problem is None:
                 return Outcome("running", **base)
@@ -267,7 +267,8 @@ class LocalRunner:
             keep_lease()
             time.sleep(interval)
 
-    def _failure(self, t: Target, gone: Outcome, base: dict, prefix: str = "") -> Outcome:
+    @staticmethod
+    def _failure(gone: Outcome, base: dict, prefix: str = "") -> Outcome:
         base = dict(base)
         base.update(exit_code=gone.exit_code, exit_signal=gone.exit_signal)
         return Outcome("failed", prefix + (gone.info or "exited"), **base)
@@ -393,13 +394,17 @@ def _tcp(spec: str, timeout: float) -> str | None:
         return "tcp %s: %s" % (spec, getattr(e, "strerror", None) or e)
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *a, **k):
+        return None   # a redirect is an answer (3xx), not somewhere to go
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 def _http(url: str, timeout: float) -> str | None:
-    class NoRedirect(urllib.request.HTTPRedirectHandler):
-        def redirect_request(self, *a, **k):
-            return None
-    opener = urllib.request.build_opener(NoRedirect)
     try:
-        with opener.open(url, timeout=timeout) as r:
+        with _OPENER.open(url, timeout=timeout) as r:
             return None if r.status < 400 else "http %s: status %d" % (url, r.status)
     except urllib.error.HTTPError as e:
         return None if e.code < 400 else "http %s: status %d" % (url, e.code)
