@@ -19,11 +19,13 @@ _DOCTYPE_TEXT = re.compile(r"<!DOCTYPE|<!ENTITY", re.IGNORECASE)
 
 
 class UnsafeXml(BadArgument):
-    """XML that is not well-formed or uses a refused feature; ``line`` where known."""
+    """XML that is not well-formed or uses a refused feature; ``line`` where known. ``kind``
+    says which: ``too-large``, ``dtd``, ``not-well-formed`` or ``too-deep``."""
 
-    def __init__(self, message: str, line: int | None = None):
+    def __init__(self, message: str, line: int | None = None, kind: str = "not-well-formed"):
         super().__init__(message)
         self.line = line
+        self.kind = kind
 
 
 def _parser() -> etree.XMLParser:
@@ -44,7 +46,8 @@ def parse(data: bytes | str, *, max_bytes: int | None = None, max_depth: int = 2
     """Parse one document and return its root element, or raise ``UnsafeXml``."""
     size = len(data)
     if max_bytes is not None and size > max_bytes:
-        raise UnsafeXml("XML document of %d bytes exceeds the limit of %d bytes" % (size, max_bytes))
+        raise UnsafeXml("XML document of %d bytes exceeds the limit of %d bytes" % (size, max_bytes),
+                        kind="too-large")
     pattern = _DOCTYPE if isinstance(data, bytes) else _DOCTYPE_TEXT
     if pattern.search(data):
         raise UnsafeXml("DTDs and entity declarations are not allowed")
@@ -56,7 +59,9 @@ def parse(data: bytes | str, *, max_bytes: int | None = None, max_depth: int = 2
         root = etree.fromstring(data, _parser(), base_url=base_url)
     except etree.XMLSyntaxError as e:
         line = e.lineno if getattr(e, "lineno", None) else None
-        raise UnsafeXml("XML is not well-formed: %s" % (e.msg or e), line) from None
+        deep = "Excessive depth" in str(e.msg or e)   # libxml2's own nesting limit
+        raise UnsafeXml("XML is not well-formed: %s" % (e.msg or e), line,
+                        kind="too-deep" if deep else "not-well-formed") from None
     if root.getroottree().docinfo.doctype:
         raise UnsafeXml("DTDs are not allowed")
     check_depth(root, max_depth)
@@ -69,7 +74,8 @@ def check_depth(root: etree._Element, max_depth: int) -> None:
     while stack:
         el, depth = stack.pop()
         if depth > max_depth:
-            raise UnsafeXml("XML nesting deeper than %d elements" % max_depth, el.sourceline)
+            raise UnsafeXml("XML nesting deeper than %d elements" % max_depth, el.sourceline,
+                            kind="too-deep")
         stack.extend((child, depth + 1) for child in el)
 
 

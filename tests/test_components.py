@@ -220,3 +220,14 @@ def test_all_one_shot_components_finishing_is_a_normal_termination(portal):
     assert info["normal"] is True
     states = [h[1] for h in portal.service.history(app_id)]
     assert states == ["instantiated", "initialized", "running", "terminated"]
+
+
+def test_a_file_that_cannot_be_removed_still_lets_the_application_terminate(portal):
+    app_id = deploy(portal, comp("conf", "file", path="x.txt", content="hi"))
+    wait(portal, app_id, "running")
+    location = portal.service.resolve(app_id, "conf")["location"]
+    os.unlink(location)
+    os.mkdir(location)          # unlink() of a directory fails, even for root
+    portal.service.terminate(app_id)
+    assert wait(portal, app_id, "terminated") == "terminated"
+    assert "cannot remove" in component(portal, app_id, "conf").info

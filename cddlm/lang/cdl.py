@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 
 from lxml import etree
 
-from cddlm import ns, xmlsafe
+from cddlm import ns
 from cddlm.errors import DescriptorError, ResolutionError
 from cddlm.lang import cdl_components
-from cddlm.lang.registry import Resolution, ResolveRequest
+from cddlm.lang.registry import Resolution, ResolveRequest, parse_xml
 
 CDL, CMP = ns.CDL, ns.CMP
 INTERNAL = "urn:cddlm:internal:cdl"     # stamps on working elements; never printed
@@ -219,12 +219,7 @@ class _Resolver:
              rehome: str | None) -> _Doc:
         doc = _Doc(len(self.docs), label, url, rehome)
         self.docs.append(doc)
-        try:
-            root = xmlsafe.parse(data, max_bytes=self.limits.max_body_bytes,
-                                 max_depth=self.limits.max_xml_depth)
-        except xmlsafe.UnsafeXml as e:
-            kind = "too-deep" if "depth" in e.message or "nesting" in e.message else "not-well-formed"
-            raise DescriptorError(e.message, kind=kind, file=label, line=e.line) from None
+        root = parse_xml(data, self.limits, label)
         # an internal attribute on the root declares the internal namespace there, once, so
         # stamps below add no declarations of their own
         root.set(_ROOT, "")

@@ -174,32 +174,6 @@ class _Mapper:
 
     def policy(self, el: etree._Element) -> Policy:
         """``<cmp:policy type="anti-collocation" level="host" group="g" hard="false" weight="2"/>``"""
-        line = el.sourceline
-        raw = {k: v for k, v in el.attrib.items() if not k.startswith("{")}
-        type_name = raw.pop("type", "").strip()
-        ptype = policies.lookup(type_name, line=line)
-        if not ptype.enforced:
-            raise self.error("policy %s is not enforced by this portal" % type_name,
-                             "unknown-policy", el)
-        hard = raw.pop("hard", "true").strip().lower() in ("true", "1")
-        name = raw.pop("name", None)
-        weight_text = raw.pop("weight", "1")
-        members = {k: raw.pop(k) for k in list(raw)
-                   if k in policies.MEMBER_PARAMS and k not in ptype.params}
-        params = policies.coerce_params(ptype, raw, line=line)
-        try:
-            weight = float(weight_text)
-        except ValueError:
-            raise self.error("weight must be a number, not %r" % weight_text, "invalid-policy",
-                             el) from None
-        if "between" in members:
-            members["between"] = members["between"].split()
-            if len(members["between"]) != 2 or ptype.shape not in ("symmetric", "asymmetric"):
-                raise self.error("between names two components or groups, for pairwise policies",
-                                 "invalid-policy", el)
-        elif "group" not in members and "groups" not in params:
-            raise self.error("policy %s needs a group" % type_name, "invalid-policy", el)
-        elif ptype.shape == "asymmetric":
-            raise self.error("an asymmetric policy relates two things: use between", "invalid-policy",
-                             el)
-        return Policy(type_name, hard, weight, {**params, **members}, name, self.where(el))
+        return policies.from_attributes(
+            {k: v for k, v in el.attrib.items() if not k.startswith("{")}, source=self.where(el),
+            error=lambda message, kind: self.error(message, kind, el))

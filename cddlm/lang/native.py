@@ -23,14 +23,13 @@ from __future__ import annotations
 
 from lxml import etree
 
-from cddlm import ns, xmlsafe
+from cddlm import ns
 from cddlm.errors import DescriptorError, ResolutionError
+from cddlm.lang import policies
 from cddlm.lang.model import Component, Deployment, Group, Lazy, Policy, Value
-from cddlm.lang.registry import Resolution, ResolveRequest
+from cddlm.lang.registry import Resolution, ResolveRequest, parse_xml
 
 N = ns.NATIVE
-LIST_PARAMS = {"between", "groups", "required", "forbidden", "members"}
-NUMBER_PARAMS = {"n", "hops", "mbps"}
 
 
 class _Native:
@@ -42,8 +41,7 @@ class _Native:
     def resolve(self, request: ResolveRequest) -> Resolution:
         root = request.source
         if not isinstance(root, etree._Element):
-            root = xmlsafe.parse(root, max_bytes=request.limits.max_body_bytes,
-                                 max_depth=request.limits.max_xml_depth)
+            root = parse_xml(root, request.limits)
         if root.tag != ns.qname(N, "application"):
             raise DescriptorError("the root element must be {%s}application, not %s"
                                   % (N, root.tag), kind="wrong-root", line=root.sourceline)
@@ -208,34 +206,9 @@ class _Reader:
         return Group(_required(el, "name"), members, "line %d" % (el.sourceline or 0))
 
     def policy(self, el: etree._Element) -> Policy:
-        params: dict = {}
-        hard, weight, name = True, 1.0, None
-        for key, raw in el.attrib.items():
-            if key == "type":
-                continue
-            if key == "hard":
-                hard = raw.strip().lower() in ("true", "1")
-            elif key == "weight":
-                weight = _number(raw, el, key)
-            elif key == "name":
-                name = raw
-            elif key in LIST_PARAMS:
-                params[key] = raw.split()
-            elif key in NUMBER_PARAMS:
-                params[key] = _number(raw, el, key)
-            else:
-                params[key] = raw
-        return Policy(type=_required(el, "type"), hard=hard, weight=weight, params=params, name=name,
-                      source="line %d" % (el.sourceline or 0))
-
-
-def _number(raw: str, el: etree._Element, key: str) -> float | int:
-    try:
-        f = float(raw)
-    except ValueError:
-        raise DescriptorError("policy %s must be a number, got %r" % (key, raw),
-                              kind="invalid-attribute", line=el.sourceline) from None
-    return int(f) if f.is_integer() else f
+        return policies.from_attributes(
+            dict(el.attrib), source="line %d" % (el.sourceline or 0),
+            error=lambda message, kind: DescriptorError(message, kind=kind, line=el.sourceline))
 
 
 LANGUAGE = _Native()

@@ -21,12 +21,13 @@ and ``expand`` filters by relevance too, so the solver never needs to know about
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from cddlm.errors import DescriptorError
 from cddlm.lang import library
-from cddlm.lang.model import Deployment
+from cddlm.lang.model import Deployment, Policy
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,50 @@ def _convert(kind: str, value: Any, bad, key: str) -> Any:
     if not isinstance(value, (str, int, float)) or isinstance(value, bool):
         raise bad("%s must be a string" % key)
     return str(value)
+
+
+def from_attributes(attrib: dict[str, str], *, source: str | None,
+                    error: Callable[[str, str], Exception]) -> Policy:
+    """A policy written as XML attributes (``type``, ``hard``, ``weight``, ``name``, its
+    parameters, ``group`` or ``between="A B"``), as CDL and the native language write it.
+    ``error(message, kind)`` builds the located error of the calling language."""
+    raw = dict(attrib)
+    type_name = raw.pop("type", "").strip()
+    if not type_name:
+        raise error("a policy needs a type", "invalid-policy")
+    ptype = CATALOG.get(type_name)
+    if ptype is None:
+        raise error("unknown policy type %r (known: %s)" % (type_name, ", ".join(CATALOG)),
+                    "unknown-policy")
+    if not ptype.enforced:
+        raise error("policy %s is not enforced by this portal" % type_name, "unknown-policy")
+    hard_text = raw.pop("hard", "true").strip()
+    if hard_text not in ("true", "1", "false", "0"):
+        raise error("hard must be true or false, not %r" % hard_text, "invalid-policy")
+    name = raw.pop("name", None)
+    weight_text = raw.pop("weight", "1")
+    try:
+        weight = float(weight_text)
+    except ValueError:
+        weight = float("nan")
+    if not math.isfinite(weight) or weight <= 0:
+        raise error("weight must be a positive number, not %r" % weight_text, "invalid-policy")
+    members: dict[str, Any] = {k: raw.pop(k) for k in list(raw)
+                               if k in MEMBER_PARAMS and k not in ptype.params}
+    try:
+        params = coerce_params(ptype, raw)
+    except DescriptorError as e:
+        raise error(e.message, e.kind) from None
+    if "between" in members:
+        members["between"] = members["between"].split()
+        if len(members["between"]) != 2 or ptype.shape not in ("symmetric", "asymmetric"):
+            raise error("between names two components or groups, for pairwise policies",
+                        "invalid-policy")
+    elif "group" not in members and "groups" not in params:
+        raise error("policy %s needs a group" % type_name, "invalid-policy")
+    elif ptype.shape == "asymmetric":
+        raise error("an asymmetric policy relates two things: use between", "invalid-policy")
+    return Policy(type_name, hard_text in ("true", "1"), weight, {**params, **members}, name, source)
 
 
 class Application(NamedTuple):

@@ -12,8 +12,9 @@ from typing import Callable, Mapping, Protocol
 
 from lxml import etree
 
+from cddlm import xmlsafe
 from cddlm.config import Limits
-from cddlm.errors import UnsupportedLanguage
+from cddlm.errors import DescriptorError, UnsupportedLanguage
 from cddlm.lang.model import Deployment
 
 Loader = Callable[[str], bytes]
@@ -61,6 +62,15 @@ class Language(Protocol):
     body: str      # "xml": the descriptor is one XML element; "text": a string
 
     def resolve(self, request: ResolveRequest) -> Resolution: ...
+
+
+def parse_xml(data: bytes | str, limits: Limits, file: str | None = None) -> etree._Element:
+    """A descriptor's XML through the safe parser; refusals become ``DescriptorError``s of the
+    parser's kind (``not-well-formed``, ``too-large``, ``too-deep``)."""
+    try:
+        return xmlsafe.parse(data, max_bytes=limits.max_body_bytes, max_depth=limits.max_xml_depth)
+    except xmlsafe.UnsafeXml as e:
+        raise DescriptorError(e.message, kind=e.kind, file=file, line=e.line) from None
 
 
 def languages() -> list[Language]:

@@ -176,14 +176,14 @@ def _load_node(raw, parent: int | None, where: str, resources, levels, nodes, by
             if levels.index(level) <= levels.index(above):
                 raise BadArgument("%s: level %s is not finer than its parent's level %s"
                                   % (where, level, above))
+        if raw.get("capacity") is not None and not isinstance(raw.get("capacity"), dict):
+            raise BadArgument("%s: capacity must be a mapping {dimension: amount}" % where)
         capacity = {}
         for dim, amount in (raw.get("capacity") or {}).items():
             if dim not in resources:
                 raise BadArgument("%s: unknown dimension %r in capacity (resources are %s)"
                                   % (where, dim, list(resources)))
             capacity[dim] = number(amount, "%s: capacity %s" % (where, dim))
-        if raw.get("capacity") is not None and not isinstance(raw.get("capacity"), dict):
-            raise BadArgument("%s: capacity must be a mapping {dimension: amount}" % where)
         agent = raw.get("agent")
         if agent is not None and (not isinstance(agent, str) or not agent):
             raise BadArgument("%s: agent must be 'local' or a portal URL" % where)

@@ -111,3 +111,13 @@ def test_policy_string_sets_scope_and_identifier():
     pol = req.policies[0]
     assert (pol.type, pol.hard, pol.partition, pol.params["target"]) == (
         "affinity", False, ("scope", "zone"), "za")
+
+
+def test_a_capacity_that_is_not_a_mapping_is_a_clear_error():
+    import pytest
+    from cddlm.errors import BadArgument
+    from cddlm.placement import api
+    with pytest.raises(BadArgument) as e:
+        api.load_datacenter({"resources": ["cpu"], "levels": ["host"],
+                             "location": [{"name": "h", "level": "host", "capacity": [4]}]})
+    assert "capacity must be a mapping" in str(e.value)

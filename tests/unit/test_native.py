@@ -100,3 +100,23 @@ def test_wrong_root_and_foreign_elements():
         native.LANGUAGE.resolve(ResolveRequest(b'<app xmlns="urn:x"/>'))
     with pytest.raises(DescriptorError):
         resolve('<x:thing xmlns:x="urn:x"/>')
+
+
+@pytest.mark.parametrize("policy,kind,words", [
+    ('<policy type="anti-colocation" level="host" group="g"/>', "unknown-policy", "unknown policy type"),
+    ('<policy type="anti-collocation" level="host" group="g" bogus="1"/>', "invalid-policy", "bogus"),
+    ('<policy type="anti-collocation" level="host" group="g" hard="yes"/>', "invalid-policy", "hard"),
+    ('<policy type="anti-collocation" level="host" group="g" weight="nan"/>', "invalid-policy", "weight"),
+    ('<policy type="anti-collocation" level="host"/>', "invalid-policy", "needs a group"),
+])
+def test_policies_are_checked_like_cdl_ones(policy, kind, words):
+    with pytest.raises(DescriptorError) as e:
+        resolve('<component name="a" type="process"><attribute name="argv"><item>x</item></attribute>'
+                '</component><group name="g"><member>a</member></group>' + policy)
+    assert e.value.kind == kind and words in e.value.message and e.value.line
+
+
+def test_a_descriptor_that_is_not_xml_is_a_descriptor_error():
+    with pytest.raises(DescriptorError) as e:
+        native.LANGUAGE.resolve(ResolveRequest(b"<application"))
+    assert e.value.kind == "not-well-formed" and e.value.line

@@ -327,7 +327,8 @@ class LocalRunner:
                 except FileNotFoundError:
                     pass
                 except OSError as e:
-                    return Outcome("failed", "cannot remove %s: %s" % (full, e.strerror))
+                    # still stopped (a failure is no way out of stopping): say what was left
+                    return Outcome("stopped", "cannot remove %s: %s" % (full, e.strerror))
         return Outcome("stopped")
 
     def stop_process(self, pid: int, started: str | None, sig: str, grace: float,
