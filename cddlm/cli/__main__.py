@@ -1,0 +1,5 @@
+import sys
+
+from cddlm.cli import main
+
+sys.exit(main())
