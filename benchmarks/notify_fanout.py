@@ -4,7 +4,7 @@
         [--consumers 4] [--clients 4] [--rate R] [--workers N] [--batch N] [--db URL]
 
 One portal process (SQLite under a temporary state dir by default); ``--consumers`` consumer
-processes, each a waitress server hosting many subscriber paths (``/s/N``), so the receiving
+processes, each an HTTP server (``cddlm.httpserver``) hosting many subscriber paths (``/s/N``), so the receiving
 side does not bottleneck on one interpreter's lock; ``--subscribers`` subscriptions to the
 portal's ``api:ApplicationCreated`` topic, spread over the consumers. Then ``--clients``
 processes create ``--events`` applications, as fast as the portal takes them or at ``--rate``
@@ -63,7 +63,7 @@ def serve(state_dir: str, db: str | None, workers: int, batch: int) -> None:
 def consume(index: int, ready, counter, requests, results) -> None:
     """A consumer process: records (event timestamp, arrival) per message, per subscriber."""
     from lxml import etree
-    from waitress.server import create_server
+    from cddlm import httpserver
     seen: dict[str, set[str]] = {}
     latencies: list[float] = []
     duplicates = [0]
@@ -91,10 +91,8 @@ def consume(index: int, ready, counter, requests, results) -> None:
         start_response("202 Accepted", [("Content-Length", "0")])
         return [b""]
 
-    server = create_server(app, host="127.0.0.1", port=0, threads=4)
-    ready.put((index, int(server.effective_port)))
-    import threading
-    threading.Thread(target=server.run, daemon=True).start()
+    server = httpserver.serve(app, "127.0.0.1", 0, httpserver.ServerOptions(threads=4))
+    ready.put((index, server.port))
     results.get()            # the parent asks once everything has arrived (or time is up)
     ready.put((index, latencies, duplicates[0]))
 

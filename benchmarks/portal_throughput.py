@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/portal_throughput.py [--seconds 5] [--clients 8] [--db URL]
 
-One server process runs, in one waitress server, the portal (SQLite under a temporary state
+One server process runs, in one HTTP server (``cddlm.httpserver``), the portal (SQLite under a temporary state
 dir by default) and a plain Spyne echo service (``/echo``, a string in and out). Client
 processes send prebuilt raw envelopes over keep-alive HTTP connections and time each request.
 
@@ -40,7 +40,7 @@ def serve(state_dir: str, db: str | None, threads: int) -> None:
     from spyne import Application, ServiceBase, Unicode, rpc
     from spyne.protocol.soap import Soap11
     from spyne.server.wsgi import WsgiApplication
-    from waitress.server import create_server
+    from cddlm import httpserver
     from cddlm.app import Portal
     from cddlm.config import Settings
 
@@ -60,13 +60,15 @@ def serve(state_dir: str, db: str | None, threads: int) -> None:
             return echo(environ, start_response)
         return portal.wsgi(environ, start_response)
 
-    server = create_server(app, host="127.0.0.1", port=0, threads=threads)
+    server = httpserver.HttpServer(app, "127.0.0.1", 0, portal.server_options())
     portal.server = server
-    portal.url = "http://127.0.0.1:%d" % int(server.effective_port)
+    portal.url = server.url
     portal.start()
+    server.start()
     print("READY %s" % portal.url, flush=True)
     try:
-        server.run()
+        while server.alive():
+            time.sleep(0.5)
     finally:
         portal.stop()
 

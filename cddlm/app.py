@@ -2,7 +2,7 @@
 
 It wires the store (and its migrations), the hosts, the enactment engine, the use cases, the
 notification machinery, the SOAP endpoints and the scheduler (the only user of APScheduler),
-and serves them with waitress.
+and serves them with the HTTP server of ``httpserver`` (granian).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from __future__ import annotations
 import gc
 import logging
 import os
+import socket
 import threading
 import time
-import urllib.request
 from typing import Callable
 
 from cddlm import httpserver
@@ -50,7 +50,8 @@ class Portal:
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time):
         self.settings = settings
         os.makedirs(settings.state_dir, exist_ok=True)
-        self.url = settings.public_url or "http://%s:%d" % (settings.host, settings.port)
+        scheme = "https" if settings.tls_cert else "http"
+        self.url = settings.public_url or "%s://%s:%d" % (scheme, settings.host, settings.port)
         self.store = Store(settings.database_url)
         self.store.migrate()
         self.hosts = load_hosts(settings)
@@ -70,8 +71,7 @@ class Portal:
                                 "/cddlm/subscriptions": notify.manager_endpoint()},
                                settings.limits, self.portal_url)
         self.scheduler = None
-        self.server = None
-        self._http_thread = None
+        self.server: httpserver.HttpServer | None = None
         self._stopped = threading.Event()
 
     def portal_url(self) -> str:
@@ -100,25 +100,27 @@ class Portal:
             return
         self._stopped.set()
         if self.server is not None:
-            httpserver.stop(self.server, self._http_thread)
+            self.server.stop()
         if self.scheduler is not None:
             self.scheduler.shutdown(wait=False)
         self.delivery.stop()
         self.engine.stop()
         self.store.dispose()
 
-    def bind(self):
-        """Create the HTTP server (binding the port: ``--port 0`` picks a free one)."""
-        from waitress.server import create_server
-        limit = self.settings.limits.max_body_bytes
-        self.server = create_server(self.wsgi, host=self.settings.host, port=self.settings.port,
-                                    threads=self.settings.server_threads, ident="cddlm",
-                                    max_request_body_size=4 * limit + 65536,
-                                    connection_limit=256, channel_timeout=60)
+    def server_options(self) -> httpserver.ServerOptions:
+        s = self.settings
+        return httpserver.ServerOptions(
+            threads=s.server_threads, max_connections=s.max_connections, header_timeout=s.header_timeout,
+            body_timeout=s.body_timeout, max_body_bytes=s.limits.max_body_bytes,
+            tls_cert=s.tls_cert, tls_key=s.tls_key, tls_client_ca=s.tls_client_ca)
+
+    def bind(self) -> httpserver.HttpServer:
+        """Create the HTTP server, binding the port (``--port 0`` picks a free one)."""
+        httpserver.raise_file_limit()
+        self.server = httpserver.HttpServer(self.wsgi, self.settings.host, self.settings.port,
+                                            self.server_options(), name="cddlm-http")
         if not self.settings.public_url:
-            port = int(self.server.effective_port)
-            host = self.settings.host if self.settings.host not in ("0.0.0.0", "::") else "127.0.0.1"
-            self.url = "http://%s:%d" % (host if ":" not in host else "[%s]" % host, port)
+            self.url = self.server.url
             self.engine.url = self.url
         return self.server
 
@@ -126,21 +128,24 @@ class Portal:
         """Run until ``stop()``; call ``ready(endpoint)`` once the portal answers requests."""
         server = self.server or self.bind()
         self.start()
-        thread = self._http_thread = httpserver.start(server, "cddlm-http")
-        self._wait_answering()
+        server.start()
+        self._wait_answering(server)
         if ready is not None:
             ready(self.endpoint)
         while not self._stopped.wait(0.5):
-            if not thread.is_alive():
+            if not server.alive():
+                log.error("the HTTP server stopped; the portal stops too")
                 break
 
-    def _wait_answering(self, timeout: float = 30.0) -> None:
+    def _wait_answering(self, server: httpserver.HttpServer, timeout: float = 30.0) -> None:
+        """Wait until the server accepts connections (a TCP connect: TLS and authentication
+        are the clients' business)."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        host = self.settings.host if self.settings.host not in ("0.0.0.0", "::") else "127.0.0.1"
+        while time.monotonic() < deadline and server.alive():
             try:
-                with urllib.request.urlopen(self.endpoint + "?wsdl", timeout=2) as r:
-                    if r.status == 200:
-                        return
+                with socket.create_connection((host, server.port), timeout=2):
+                    return
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError("the portal did not answer on %s" % self.endpoint)
+        raise RuntimeError("the portal's HTTP server did not start on %s" % server.url)

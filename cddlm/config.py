@@ -29,7 +29,13 @@ class Settings:
     db_url: str | None = None               # default: sqlite file under state_dir
     datacenter_file: str | None = None
     public_url: str | None = None           # base URL in EPRs when behind a proxy
-    server_threads: int = 8                 # HTTP worker threads
+    server_threads: int = 8                 # HTTP worker threads (run the SOAP handlers)
+    max_connections: int = 4096             # HTTP connections being read or answered at once
+    header_timeout: float = 10.0            # seconds a client has to send its request headers
+    body_timeout: float = 30.0              # seconds a client has to send its request body
+    tls_cert: str | None = None             # PEM certificate chain: serve HTTPS
+    tls_key: str | None = None              # PEM (PKCS#8) private key of that certificate
+    tls_client_ca: str | None = None        # PEM CA bundle: require client certificates (mTLS)
     limits: Limits = field(default_factory=Limits)
     # enactment
     engine_workers: int = 4

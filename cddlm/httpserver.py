@@ -1,34 +1,334 @@
-"""Running a waitress server on a thread, and stopping it cleanly.
+"""The HTTP server every cddlm process uses: granian embedded in this process, with a bridge
+from its RSGI interface to the portal's WSGI application.
 
-waitress's loop ``select()``s on its sockets; closing them under a running loop makes that
-``select()`` fail on a closed descriptor. So ``stop`` first empties the loop's socket map and
-wakes it (it then ends by itself), joins the thread, and only then closes the sockets and the
-connections still open (clients keep connections alive).
+Why granian (see docs/http-server.md for the measurements): one well-kept server that does, by
+itself, what a portal on a network needs: TLS and mutual TLS (rustls), an event loop on epoll
+(tokio: no ``select()`` descriptor limit), an absolute deadline for reading request headers
+(hyper: a slowloris client is closed, it does not hold a thread), a bound on the requests
+in flight (backpressure), and speed.
+
+Why the RSGI bridge rather than granian's WSGI interface: under WSGI a handler thread reads the
+body itself, so a client that sends its body one byte a second holds a thread. Here the body is
+read by the event loop, under a deadline and a size cap, and only a complete request is handed
+to a worker thread that runs the WSGI application. A slow client costs a socket, never a thread.
+
+Binding: the listening socket is made here (so ``port=0`` picks a free port that we can read,
+and a port in use fails with ``EADDRINUSE`` instead of being shared through ``SO_REUSEPORT``)
+and handed to granian.
 """
 
 from __future__ import annotations
 
+import asyncio
+import io
+import logging
+import queue
+import resource
+import socket
+import sys
 import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+from urllib.parse import unquote_to_bytes
+
+from granian._granian import SocketHolder
+from granian.constants import HTTPModes, Interfaces, SSLProtocols
+from granian.http import HTTP1Settings
+from granian.server.embed import Server as _EmbeddedServer
+
+log = logging.getLogger(__name__)
+logging.getLogger("granian").setLevel(logging.ERROR)   # "embedded server is experimental" etc.
+
+MiB = 1024 * 1024
 
 
-def start(server, name: str) -> threading.Thread:
-    thread = threading.Thread(target=server.run, name=name, daemon=True)
-    thread.start()
-    return thread
+@dataclass(frozen=True)
+class ServerOptions:
+    """How one server treats its clients; every field is a documented portal setting."""
+
+    threads: int = 8                  # worker threads running the WSGI application
+    max_connections: int = 4096       # connections being read or answered at once (granian's
+                                      # backpressure); more wait in the listen backlog
+    header_timeout: float = 10.0      # seconds a client has to send the request line and headers
+    body_timeout: float = 30.0        # seconds a client has to send the whole body
+    max_body_bytes: int = 40 * MiB    # bodies are read up to this (+1 byte) and no further
+    backlog: int = 1024
+    tls_cert: str | None = None       # PEM certificate chain: serve HTTPS
+    tls_key: str | None = None        # PEM private key
+    tls_client_ca: str | None = None  # PEM CA bundle: require client certificates it signed
+    tls_min_version: str = "tls1.2"
 
 
-def stop(server, thread: threading.Thread | None = None, timeout: float = 5.0) -> None:
-    server.task_dispatcher.shutdown(cancel_pending=True, timeout=timeout)
-    dispatchers = list(server._map.values())
-    server._map.clear()
-    try:
-        server.trigger.pull_trigger()   # the loop sees an empty map and returns
-    except OSError:
-        pass
-    if thread is not None and thread is not threading.current_thread():
-        thread.join(timeout)
-    for dispatcher in dispatchers:
+def _path(name: str | None) -> Path | None:
+    return Path(name) if name else None
+
+
+class TlsConfigError(ValueError):
+    """The TLS files cannot be used (missing, unreadable, or the wrong kind)."""
+
+
+def raise_file_limit() -> int:
+    """Raise this process's open-file limit to its hard limit (every running component holds a
+    pidfd; every client a socket). Returns the limit now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = 1 << 20
+    if soft < hard:
         try:
-            dispatcher.close()
-        except OSError:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
             pass
+    return soft
+
+
+def _check_tls(options: ServerOptions) -> None:
+    if bool(options.tls_cert) != bool(options.tls_key):
+        raise TlsConfigError("TLS needs both a certificate (--tls-cert) and its key (--tls-key)")
+    if options.tls_client_ca and not options.tls_cert:
+        raise TlsConfigError("--tls-client-ca needs --tls-cert and --tls-key (client certificates "
+                             "are asked for only over TLS)")
+    for what, path in (("certificate", options.tls_cert), ("key", options.tls_key),
+                       ("client CA", options.tls_client_ca)):
+        if not path:
+            continue
+        try:
+            with open(path, "rb") as f:
+                head = f.read(64 * 1024)
+        except OSError as e:
+            raise TlsConfigError("cannot read the TLS %s %s: %s" % (what, path, e.strerror)) from None
+        if b"-----BEGIN " not in head:
+            raise TlsConfigError("the TLS %s %s is not a PEM file" % (what, path))
+        if what == "key" and b"-----BEGIN PRIVATE KEY-----" not in head:
+            raise TlsConfigError(
+                "the TLS key %s is not an unencrypted PKCS#8 key (BEGIN PRIVATE KEY); convert it "
+                "with: openssl pkcs8 -topk8 -nocrypt -in OLD.key -out NEW.key" % path)
+
+
+class _Granian(_EmbeddedServer):
+    """granian's embedded server, serving on a socket bound by us."""
+
+    def __init__(self, sock: socket.socket, *args: Any, **kwargs: Any):
+        self._own_socket = sock
+        super().__init__(*args, **kwargs)
+
+    def _init_shared_socket(self):
+        self._ssp = None
+        self._shd = SocketHolder(self._own_socket.detach(), False, self.backlog)
+
+
+class Bridge:
+    """RSGI in, WSGI out: read the whole body on the event loop (deadline, cap), then hand the
+    request to a worker thread, which runs the WSGI application and sends its response itself
+    (one thread hand-off per request, not two)."""
+
+    def __init__(self, app: Callable, options: ServerOptions, name: str):
+        self.app = app
+        self.options = options
+        self.base = {"wsgi.version": (1, 0), "wsgi.errors": sys.stderr, "wsgi.multithread": True,
+                     "wsgi.multiprocess": False, "wsgi.run_once": False, "SCRIPT_NAME": ""}
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._workers = [threading.Thread(target=self._work, name="%s-%d" % (name, i), daemon=True)
+                         for i in range(options.threads)]
+        for t in self._workers:
+            t.start()
+
+    def close(self) -> None:
+        for _ in self._workers:
+            self._queue.put(None)
+
+    async def __call__(self, scope, proto) -> None:
+        if scope.proto != "http":
+            return
+        declared = scope.headers.get("content-length")
+        try:
+            size = int(declared) if declared is not None else None
+        except ValueError:
+            proto.response_bytes(400, [("content-type", "text/plain"), ("connection", "close")],
+                                 b"bad Content-Length\n")
+            return
+        cap = self.options.max_body_bytes
+        if size is not None and size > cap:
+            body = b""      # the application sees the declared length and refuses it unread
+        else:
+            try:
+                body = await asyncio.wait_for(self._read(proto, cap), self.options.body_timeout)
+            except asyncio.TimeoutError:
+                proto.response_bytes(408, [("content-type", "text/plain"), ("connection", "close")],
+                                     b"the request body did not arrive in time\n")
+                return
+            except Exception:   # the client went away mid-body
+                return
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        self._queue.put((self._environ(scope, body, size), proto, loop, done))
+        await done          # the request holds its place in the server's limit until answered
+
+    @staticmethod
+    async def _read(proto, cap: int) -> bytes:
+        chunks, total = [], 0
+        async for chunk in proto:
+            chunks.append(chunk)
+            total += len(chunk)
+            if total > cap:     # one byte past the cap is enough to say "too large"
+                break
+        return b"".join(chunks)
+
+    def _environ(self, scope, body: bytes, declared: int | None) -> dict:
+        server_host, _, server_port = (scope.server or "").rpartition(":")
+        client_host, _, client_port = (scope.client or "").rpartition(":")
+        env = dict(self.base)
+        env.update({
+            "REQUEST_METHOD": scope.method,
+            "PATH_INFO": unquote_to_bytes(scope.path).decode("latin-1"),
+            "QUERY_STRING": scope.query_string,
+            "SERVER_NAME": server_host.strip("[]") or "localhost",
+            "SERVER_PORT": server_port or "0",
+            "SERVER_PROTOCOL": "HTTP/" + scope.http_version,
+            "REMOTE_ADDR": client_host.strip("[]"),
+            "REMOTE_PORT": client_port,
+            "wsgi.url_scheme": scope.scheme,
+            "wsgi.input": io.BytesIO(body),
+            "CONTENT_LENGTH": str(declared if declared is not None and declared > len(body)
+                                  else len(body)),
+        })
+        for key, value in scope.headers.items():
+            name = key.upper().replace("-", "_")
+            if name == "CONTENT_TYPE":
+                env[name] = value
+            elif name != "CONTENT_LENGTH":
+                name = "HTTP_" + name
+                env[name] = env[name] + "," + value if name in env else value
+        return env
+
+    def _work(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            environ, proto, loop, done = job
+            try:
+                proto.response_bytes(*self._run(environ))
+            except Exception:   # the client has gone: nothing to answer
+                pass
+            try:
+                loop.call_soon_threadsafe(done.set_result, None)
+            except RuntimeError:   # the server's loop has closed
+                pass
+
+    def _run(self, environ: dict) -> tuple[int, list[tuple[str, str]], bytes]:
+        out: dict[str, Any] = {}
+
+        def start_response(status: str, headers, exc_info=None):
+            out["status"] = int(status.split(" ", 1)[0])
+            out["headers"] = [(str(k), str(v)) for k, v in headers]
+
+        try:
+            result = self.app(environ, start_response)
+            try:
+                data = b"".join(result)
+            finally:
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
+            return out["status"], out["headers"], data
+        except Exception:
+            log.exception("the application failed on %s %s", environ.get("REQUEST_METHOD"),
+                          environ.get("PATH_INFO"))
+            return 500, [("content-type", "text/plain")], b"internal error\n"
+
+
+class HttpServer:
+    """One server on one address. The socket is bound at construction (``port`` is then the
+    real port); ``start()`` serves on a background thread until ``stop()``."""
+
+    def __init__(self, app: Callable, host: str = "127.0.0.1", port: int = 0,
+                 options: ServerOptions | None = None, name: str = "cddlm-http"):
+        self.options = options or ServerOptions()
+        _check_tls(self.options)
+        self.name = name
+        self.host = host
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._sock.bind((host, port))
+            self._sock.listen(self.options.backlog)
+        except OSError:
+            self._sock.close()
+            raise
+        self.port = self._sock.getsockname()[1]
+        self.scheme = "https" if self.options.tls_cert else "http"
+        self._bridge = Bridge(app, self.options, name)
+        self._server = _Granian(
+            self._sock, self._bridge, address=host, port=self.port,
+            interface=Interfaces.RSGI, http=HTTPModes.http1, websockets=False,
+            backlog=self.options.backlog, backpressure=self.options.max_connections,
+            http1_settings=HTTP1Settings(
+                header_read_timeout=max(1, min(60_000, int(self.options.header_timeout * 1000)))),
+            log_enabled=False,
+            ssl_cert=_path(self.options.tls_cert), ssl_key=_path(self.options.tls_key),
+            ssl_protocol_min=SSLProtocols(self.options.tls_min_version),
+            ssl_ca=_path(self.options.tls_client_ca),
+            ssl_client_verify=bool(self.options.tls_client_ca))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._failed: BaseException | None = None
+        self._started = threading.Event()
+
+    @property
+    def url(self) -> str:
+        host = self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1"
+        return "%s://%s:%d" % (self.scheme, host if ":" not in host else "[%s]" % host, self.port)
+
+    def start(self) -> threading.Thread:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+        if self._failed is not None:
+            raise self._failed
+        return self._thread
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.call_soon(self._started.set)
+            self._loop.run_until_complete(self._server.serve())
+        except BaseException as e:   # noqa: BLE001 - reported to start() and the log
+            self._failed = e
+            self._started.set()
+            log.error("the HTTP server %s stopped: %s", self.name, e)
+        finally:
+            self._loop.close()
+
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        if self._thread is None:
+            self._sock.close()
+            self._bridge.close()
+            return
+        loop, thread = self._loop, self._thread
+        self._thread = None
+        if loop is not None and thread.is_alive():
+            try:
+                loop.call_soon_threadsafe(self._server.stop)
+            except RuntimeError:   # the loop has already closed
+                pass
+        if thread is not threading.current_thread():
+            thread.join(timeout)
+        self._bridge.close()
+
+
+def serve(app: Callable, host: str = "127.0.0.1", port: int = 0,
+          options: ServerOptions | None = None, name: str = "cddlm-http") -> HttpServer:
+    """Bind, start and return a server (stop it with ``.stop()``)."""
+    server = HttpServer(app, host, port, options, name)
+    server.start()
+    return server
+
+
+__all__ = ["HttpServer", "ServerOptions", "TlsConfigError", "raise_file_limit", "serve"]

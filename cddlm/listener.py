@@ -1,4 +1,4 @@
-"""A notification consumer for clients: a small HTTP server (plain WSGI under waitress) that
+"""A notification consumer for clients: a small HTTP server (plain WSGI under ``cddlm.httpserver``) that
 accepts ``wsnt:Notify`` requests, answers ``202 Accepted`` and queues one ``Event`` per
 NotificationMessage.
 
@@ -98,23 +98,19 @@ class Listener:
         self.envelopes: list[tuple[str, bytes]] = []   # (path, body) as received, if kept
         self._seen: dict[tuple, int] = {}
         self._lock = threading.Lock()
-        self._server = None
-        self._thread: threading.Thread | None = None
+        self._server: httpserver.HttpServer | None = None
 
     # -- life -------------------------------------------------------------------------------
     def start(self) -> "Listener":
-        from waitress.server import create_server
-        self._server = create_server(self, host=self.host, port=self.port, threads=4,
-                                     ident="cddlm-listener", clear_untrusted_proxy_headers=True)
-        self.port = int(self._server.effective_port)
-        self._thread = httpserver.start(self._server, "cddlm-listener")
+        self._server = httpserver.serve(self, self.host, self.port,
+                                        httpserver.ServerOptions(threads=4), name="cddlm-listener")
+        self.port = self._server.port
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            httpserver.stop(self._server, self._thread, timeout=1)
+            self._server.stop(timeout=1)
             self._server = None
-            self._thread = None
 
     def __enter__(self) -> "Listener":
         return self.start() if self._server is None else self

@@ -31,13 +31,12 @@ NSMAP = {"soapenv": ns.SOAP11_ENV, "wsnt": ns.WSNT, "api": ns.API, "wsa": ns.WSA
 @contextlib.contextmanager
 def wsgi_server(app, port: int = 0) -> Iterator[str]:
     """Serve a WSGI callable on loopback; yields its base URL."""
-    from waitress.server import create_server
-    server = create_server(app, host="127.0.0.1", port=port, threads=4)
-    thread = httpserver.start(server, "test-server")
+    server = httpserver.serve(app, "127.0.0.1", port, httpserver.ServerOptions(threads=4),
+                              name="test-server")
     try:
-        yield "http://127.0.0.1:%d" % int(server.effective_port)
+        yield server.url
     finally:
-        httpserver.stop(server, thread, timeout=1)
+        server.stop(timeout=1)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,218 @@
+"""The HTTP server (granian through the RSGI bridge): binding, slow clients, many connections,
+TLS and mutual TLS. Each test runs a real server on loopback and a well-behaved client beside
+whatever misbehaves."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import ssl
+import threading
+import time
+
+import pytest
+
+from cddlm import httpserver
+from cddlm.httpserver import HttpServer, ServerOptions, TlsConfigError
+
+
+def echo_app(environ, start_response):
+    size = int(environ.get("CONTENT_LENGTH") or 0)
+    data = environ["wsgi.input"].read(size) if size < 1 << 20 else b""
+    body = b"%s %s %d %s" % (environ["REQUEST_METHOD"].encode(), environ["PATH_INFO"].encode(),
+                             len(data), environ.get("HTTP_X_TEST", "").encode())
+    start_response("200 OK", [("Content-Type", "text/plain"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+@pytest.fixture
+def server():
+    started = []
+
+    def make(app=echo_app, **options) -> HttpServer:
+        s = HttpServer(app, "127.0.0.1", 0, ServerOptions(**options))
+        s.start()
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.stop()
+
+
+def get(port: int, path: str = "/x", body: bytes | None = None, timeout: float = 5.0,
+        headers: dict | None = None) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        conn.request("POST" if body is not None else "GET", path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        return r.status, r.read()
+    finally:
+        conn.close()
+
+
+def test_port_zero_and_a_port_in_use(server):
+    s = server()
+    assert s.port > 0
+    assert get(s.port, "/a%20b", b"hello", headers={"X-Test": "yes"}) == (200, b"POST /a b 5 yes")
+    with pytest.raises(OSError) as info:
+        HttpServer(echo_app, "127.0.0.1", s.port)   # no silent sharing through SO_REUSEPORT
+    assert info.value.errno == 98
+
+
+def test_stop_frees_the_port_and_start_again(server):
+    s = server()
+    port = s.port
+    s.stop()
+    again = HttpServer(echo_app, "127.0.0.1", port)
+    again.start()
+    try:
+        assert get(port)[0] == 200
+    finally:
+        again.stop()
+
+
+def test_slow_headers_are_closed_and_cost_no_thread(server):
+    s = server(threads=2, header_timeout=1.0)
+    slow = []
+    for _ in range(300):
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\n")
+        slow.append(c)
+    stop = threading.Event()
+
+    def drip():
+        while not stop.wait(0.2):
+            for c in slow:
+                try:
+                    c.sendall(b"X")
+                except OSError:
+                    pass
+    t = threading.Thread(target=drip, daemon=True)
+    t.start()
+    try:
+        began = time.monotonic()
+        assert get(s.port, body=b"ok")[0] == 200
+        assert time.monotonic() - began < 1.0
+        time.sleep(2.0)
+        closed = 0
+        for c in slow:
+            c.settimeout(0.5)
+            try:
+                data = c.recv(1024)
+                closed += data == b"" or b" 408 " in data
+            except socket.timeout:
+                pass                      # still open: the deadline did not hold
+            except ConnectionError:
+                closed += 1
+        assert closed == len(slow), "every slowloris connection is closed at the header deadline"
+    finally:
+        stop.set()
+        for c in slow:
+            c.close()
+
+
+def test_slow_bodies_cost_no_thread_and_time_out(server):
+    s = server(threads=2, body_timeout=1.0)
+    slow = []
+    for _ in range(50):
+        c = socket.create_connection(("127.0.0.1", s.port))
+        c.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n<")
+        slow.append(c)
+    try:
+        began = time.monotonic()
+        for _ in range(5):
+            assert get(s.port, body=b"ok")[0] == 200
+        assert time.monotonic() - began < 1.0
+        slow[0].settimeout(3)
+        assert b" 408 " in slow[0].recv(1024)
+    finally:
+        for c in slow:
+            c.close()
+
+
+def test_more_connections_than_select_allows(server):
+    s = server()
+    httpserver.raise_file_limit()
+    conns = []
+    try:
+        for _ in range(1100):
+            conns.append(socket.create_connection(("127.0.0.1", s.port)))
+        assert max(c.fileno() for c in conns) > 1024
+        assert get(s.port)[0] == 200
+    finally:
+        for c in conns:
+            c.close()
+
+
+def test_declared_body_over_the_cap_is_not_read(server):
+    seen = {}
+
+    def app(environ, start_response):
+        seen["length"] = environ["CONTENT_LENGTH"]
+        seen["read"] = len(environ["wsgi.input"].read())
+        start_response("413 Too Large", [("Content-Length", "0")])
+        return [b""]
+    s = server(app, max_body_bytes=1000)
+    status, _ = get(s.port, body=b"x" * 5000)
+    assert status == 413 and seen == {"length": "5000", "read": 0}
+
+
+def test_a_failing_application_is_a_500_and_the_server_goes_on(server):
+    def app(environ, start_response):
+        raise RuntimeError("boom")
+    s = server(app)
+    assert get(s.port) == (500, b"internal error\n")
+    assert get(s.port)[0] == 500
+
+
+# -- TLS --------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    from tests.pki import make_pki
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def tls_get(port: int, context: ssl.SSLContext) -> int:
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=5, context=context)
+    try:
+        conn.request("GET", "/x")
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+def test_https(server, pki):
+    s = server(tls_cert=pki.server_cert, tls_key=pki.server_key)
+    assert s.url.startswith("https://")
+    assert tls_get(s.port, pki.client_context(cert=False)) == 200
+    # a client that does not trust the server's CA refuses it
+    with pytest.raises(ssl.SSLError):
+        tls_get(s.port, ssl.create_default_context())
+    # plain HTTP to the TLS port fails for that client only
+    with pytest.raises((http.client.HTTPException, OSError)):
+        get(s.port, timeout=2)
+    assert tls_get(s.port, pki.client_context(cert=False)) == 200
+
+
+def test_mutual_tls(server, pki):
+    s = server(tls_cert=pki.server_cert, tls_key=pki.server_key, tls_client_ca=pki.ca_cert)
+    assert tls_get(s.port, pki.client_context(cert=True)) == 200
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        tls_get(s.port, pki.client_context(cert=False))
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        tls_get(s.port, pki.client_context(cert=True, other_ca=True))
+    assert tls_get(s.port, pki.client_context(cert=True)) == 200
+
+
+def test_tls_files_are_checked_before_serving(pki, tmp_path):
+    with pytest.raises(TlsConfigError, match="both"):
+        HttpServer(echo_app, "127.0.0.1", 0, ServerOptions(tls_cert=pki.server_cert))
+    with pytest.raises(TlsConfigError, match="cannot read"):
+        HttpServer(echo_app, "127.0.0.1", 0, ServerOptions(tls_cert=str(tmp_path / "none"),
+                                                           tls_key=pki.server_key))
+    with pytest.raises(TlsConfigError, match="PKCS#8"):
+        HttpServer(echo_app, "127.0.0.1", 0, ServerOptions(tls_cert=pki.server_cert,
+                                                           tls_key=pki.server_key_pkcs1))
+    with pytest.raises(TlsConfigError, match="needs --tls-cert"):
+        HttpServer(echo_app, "127.0.0.1", 0, ServerOptions(tls_client_ca=pki.ca_cert))
