@@ -83,7 +83,9 @@
 
   function schedule() {
     if (stopped) { return; }
-    window.setTimeout(tick, failures ? Math.min(10000, poll * Math.pow(2, failures)) : poll);
+    // a lost poll or two (a page busy being captured, a portal restarting) costs nothing;
+    // only a portal that keeps failing is asked less and less often
+    window.setTimeout(tick, failures > 2 ? Math.min(10000, poll * Math.pow(2, failures - 2)) : poll);
   }
 
   document.addEventListener("visibilitychange", function () {
