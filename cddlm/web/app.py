@@ -186,7 +186,17 @@ class Dashboard:
         return picture.draw(dc, lambda app_id: request.root + "/applications/" + quote(app_id, safe=":"))
 
     # -- pages -----------------------------------------------------------------------------------
+    def _live(self, request: Request, app_id: str | None = None) -> dict:
+        """The page's live endpoint and the version it is rendered at: read BEFORE the page's
+        data, so that a change that lands meanwhile moves the first poll (a version read after
+        the data could swallow that change until the periodic refresh)."""
+        url = request.root + "/api/v1/version"
+        if app_id:
+            url += "?app=" + quote(app_id, safe=":")
+        return {"live": url, "live_version": self.views.version(request.principal, app_id)}
+
     def page_applications(self, request: Request) -> Response:
+        live = self._live(request)
         state = request.query.get("state") or None
         name = request.query.get("name") or None
         size = request.int_arg("limit", self.settings.dashboard.page_size)
@@ -196,12 +206,13 @@ class Dashboard:
         pages = max(1, -(-listing["total"] // size))
         return self._page("applications.html", request, title="Applications", listing=listing,
                           state=state or "", name=name or "", page=page, pages=pages, size=size,
-                          live=request.root + "/api/v1/version",
+                          **live,
                           query=lambda **kw: _query({"state": state, "name": name, "page": page,
                                                      "limit": None if size == self.settings.dashboard.page_size else size}, kw))
 
     def page_application(self, request: Request) -> Response:
         principal, app_id = request.principal, request.args["id"]
+        live = self._live(request, app_id)
         app = self.views.application(principal, app_id)
         chosen = request.query.get("component") or _default_component(app["components"])
         logs = None
@@ -215,18 +226,19 @@ class Dashboard:
         return self._page("application.html", request, title=app["name"] or app["id"], app=app,
                           logs=logs, chosen=chosen, tokens=tokens, cut=len(text) > limit,
                           descriptor_length=len(text), pic=self._picture(request, dc), dc=dc,
-                          live=request.root + "/api/v1/version?app=" + quote(app["id"], safe=":"))
+                          **live)
 
     def page_datacenter(self, request: Request) -> Response:
+        live = self._live(request)
         dc = self.views.datacenter(request.principal)
         return self._page("datacenter.html", request, title="Datacenter", dc=dc,
-                          pic=self._picture(request, dc), live=request.root + "/api/v1/version")
+                          pic=self._picture(request, dc), **live)
 
     def page_hosts(self, request: Request) -> Response:
+        live = self._live(request)
         return self._page("hosts.html", request, title="Hosts and portals",
                           hosts=self.views.hosts_list(request.principal),
-                          peers=self.views.peers(request.principal),
-                          live=request.root + "/api/v1/version")
+                          peers=self.views.peers(request.principal), **live)
 
     def static(self, request: Request) -> Response:
         name = request.args["file"]

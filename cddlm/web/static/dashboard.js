@@ -14,7 +14,8 @@
   var poll = Math.max(0.2, parseFloat(body.getAttribute("data-poll")) || 0.5) * 1000;
   var REFRESH_ANYWAY = 5000;
   var status = document.getElementById("live-status");
-  var version = null, failures = 0, lastRefresh = Date.now(), stopped = false;
+  // the version the page was rendered at: a change before the first poll still moves it
+  var version = body.getAttribute("data-live-version"), failures = 0, lastRefresh = Date.now(), stopped = false;
 
   function setStatus(text) {
     if (status && status.textContent !== text) { status.textContent = text; }
@@ -64,7 +65,7 @@
   function tick() {
     if (document.hidden) { return schedule(); }
     get(url, "application/json").then(function (data) {
-      var changed = version !== null && data.version !== version;
+      var changed = data.version !== version;
       version = data.version;
       if (changed || Date.now() - lastRefresh > REFRESH_ANYWAY) {
         lastRefresh = Date.now();
