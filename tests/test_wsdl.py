@@ -59,3 +59,18 @@ def test_every_operation_has_an_action_and_a_binding():
     assert port_ops == bound
     for io in doc.iterfind(".//{%s}portType/{%s}operation/*" % (W, W)):
         assert io.get("{%s}Action" % ns.WSAM), etree.tostring(io)
+
+
+def test_python_m_zeep_prints_the_served_wsdl(live_portal):
+    """``python -m zeep URL?wsdl``, the usual first look at a WSDL, prints every type and
+    operation; it used to crash on wsrf-bf:ErrorCode (a mixed extension of xs:anyType)."""
+    import subprocess
+    import sys
+    lp = live_portal()
+    done = subprocess.run([sys.executable, "-m", "zeep", lp.url + "?wsdl"], capture_output=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    text = done.stdout.decode()
+    fault = next(line for line in text.splitlines() if ":NotUnderstoodFault(" in line)
+    assert "ErrorCode: {_value_1: ANY[], dialect: xsd:anyURI" in fault
+    assert "create(name: " in text and "Renew(TerminationTime" in text
