@@ -18,7 +18,6 @@ from lxml import etree
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from cddlm import xmlsafe
 from cddlm.application import descriptors, lifecycle, options as opts
 from cddlm.application import repository as repo
 from cddlm.application.enactment import queue, states
@@ -282,10 +281,8 @@ class Service:
                                   % d.language)
             return d.body, etree.tostring(d.body, encoding="unicode")
         if d.text is not None:
-            if lang.body == "xml":
-                return xmlsafe.parse(d.text.encode("utf-8"),
-                                     max_bytes=self.settings.limits.max_body_bytes,
-                                     max_depth=self.settings.limits.max_xml_depth), d.text
+            if lang.body == "xml":   # a malformed one is a DescriptorFault, as a body or reference is
+                return registry.parse_xml(d.text, self.settings.limits), d.text
             return d.text, d.text
         raise BadArgument("the descriptor has neither body, text nor reference")
 
