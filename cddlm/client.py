@@ -299,17 +299,33 @@ class Application:
         self._call("Destroy")
 
     def ping(self) -> dict:
-        r = self._call("ping")
+        """state, stateInfo (its text), health (one dict per component) and terminationInfo
+        (a dict, with ``fault`` the fault element of a failure), read from the raw response:
+        stateInfo is mixed content, whose text zeep drops."""
+        with self.portal.zeep.settings(raw_response=True):
+            response = self._call("ping")
+        r = _body(response, self.reference.address)[0]
         health = []
-        for c in getattr(r.health, "_value_1", None) or []:
-            health.append({k: getattr(c, k, None) for k in
-                           ("path", "type", "host", "state", "healthy", "pid", "restarts")}
-                          | {"detail": getattr(c, "_value_1", None)})
+        for c in r.iterfind("%shealth/%scomponent" % (A, A)):
+            item = {k: c.get(k) for k in ("path", "type", "host", "state")}
+            item.update(healthy=c.get("healthy") == "true", detail=c.text,
+                        pid=int(c.get("pid")) if c.get("pid") else None,
+                        restarts=int(c.get("restarts") or 0))
+            health.append(item)
         info = None
-        if r.terminationInfo is not None:
-            info = {k: getattr(r.terminationInfo, k) for k in
-                    ("normal", "reason", "component", "exitCode", "signal", "time", "stderr")}
-        return {"state": r.state, "stateInfo": r.stateInfo, "health": health, "terminationInfo": info}
+        holder = r.find(A + "terminationInfo")
+        if holder is not None:
+            info = {k: holder.findtext(A + k) for k in
+                    ("reason", "component", "signal", "time", "stderr")}
+            info["normal"] = holder.findtext(A + "normal") == "true"
+            code = holder.findtext(A + "exitCode")
+            info["exitCode"] = int(code) if code is not None else None
+            fault = holder.find(A + "fault")
+            info["fault"] = fault[0] if fault is not None and len(fault) else None
+        state_info = r.find(A + "stateInfo")
+        return {"state": r.findtext(A + "state"),
+                "stateInfo": "".join(state_info.itertext()) if state_info is not None else None,
+                "health": health, "terminationInfo": info}
 
     def resolve(self, path: str) -> Any:
         with self.portal.zeep.settings(raw_response=True):

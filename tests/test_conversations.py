@@ -33,7 +33,7 @@ from tests.schemas import validate_envelope
 CASES = sorted((Path(__file__).parent / "conversations").rglob("*.yaml"))
 PREFIXES = {"soapenv": ns.SOAP11_ENV, "api": ns.API, "wsa": ns.WSA, "wsrf-rp": ns.WSRF_RP,
             "wsrf-rl": ns.WSRF_RL, "wsrf-r": ns.WSRF_R, "wsrf-bf": ns.WSRF_BF, "wsnt": ns.WSNT,
-            "xsi": ns.XSI}
+            "wstop": ns.WSTOP, "ext": ns.EXT, "xsi": ns.XSI}
 ENVELOPE = ('<soapenv:Envelope %s><soapenv:Header>%s</soapenv:Header>'
             '<soapenv:Body>%s</soapenv:Body></soapenv:Envelope>')
 

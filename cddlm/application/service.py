@@ -105,7 +105,7 @@ class Service:
                             if existing.request_digest != digest:
                                 raise BadArgument("client token %r was already used with different "
                                                   "arguments" % token.value)
-                            view = repo.view_for(conn, existing.id, portal) or \
+                            view = repo.view_for(conn, existing.id, portal, now) or \
                                 repo.new_view(conn, existing.id, portal, now)
                             return existing, view
                     app_id = repo.new_id()
@@ -124,7 +124,8 @@ class Service:
                 # the unique indexes decide races: a name in use, or a concurrent create with
                 # the same client token (then the retry finds and returns that application)
                 if attempt == 2 or token is None:
-                    raise BadArgument("an application named %r already exists" % name) from None
+                    raise BadArgument("a live application named %r already exists (a name is "
+                                      "free again once its application has terminated)" % name) from None
         self._after()
         return app, view
 
@@ -135,7 +136,7 @@ class Service:
             if app is None:
                 raise NoSuchApplication("no application %s" % (
                     ("with id %s" % resource_id) if resource_id else ("named %r" % name)))
-            view = repo.view_for(conn, app.id, portal)
+            view = repo.view_for(conn, app.id, portal, self.clock())
         if view is not None:
             return view
         return self._bind(app.id, portal)
@@ -144,8 +145,9 @@ class Service:
         with self.store.write() as conn:
             if repo.get_app(conn, app_id) is None:
                 raise NoSuchApplication("no application with id %s" % app_id)
-            return repo.view_for(conn, app_id, portal) or repo.new_view(conn, app_id, portal,
-                                                                        self.clock())
+            now = self.clock()
+            return repo.view_for(conn, app_id, portal, now) or repo.new_view(conn, app_id, portal,
+                                                                             now)
 
     def rebind(self, portal: str, address: str, resource_id: str | None) -> repo.View:
         address = (address or "").strip()
@@ -161,15 +163,16 @@ class Service:
                 raise NoSuchApplication("no application with id %s" % resource_id)
             if view is not None and view.app_id != resource_id:
                 raise BadArgument("the reference's address and ResourceId name different applications")
-            if view is not None and address.startswith(portal.rstrip("/") + APP_PATH) \
-                    and view.portal == portal:
+            now = self.clock()
+            live = view is not None and (view.termination_time is None or view.termination_time > now)
+            if live and address.startswith(portal.rstrip("/") + APP_PATH) and view.portal == portal:
                 return view
-            mine = repo.view_for(conn, resource_id, portal)
+            mine = repo.view_for(conn, resource_id, portal, now)
         return mine or self._bind(resource_id, portal)
 
     def applications(self, portal: str) -> list[repo.View]:
         with self.store.read() as conn:
-            pairs = repo.all_views(conn, portal)
+            pairs = repo.all_views(conn, portal, self.clock())
         return [view if view is not None else self._bind(app_id, portal) for app_id, view in pairs]
 
     def dynamic_info(self) -> dict:
@@ -189,8 +192,9 @@ class Service:
 
     # -- application operations -----------------------------------------------------------------
     def app_for_view(self, view_id: str, resource_id: str | None = None) -> repo.App:
+        """The application a live view names (``view_termination_time`` on it: the view's)."""
         with self.store.single() as conn:
-            app = repo.app_by_view(conn, view_id)
+            app = repo.app_by_view(conn, view_id, self.clock())
         if app is None or (resource_id and resource_id != app.id):
             raise ResourceUnknown("no application view %s" % view_id)
         return app
@@ -363,7 +367,22 @@ class Service:
             if repo.delete_view(conn, view_id) == 0:
                 raise ResourceUnknown("no application view %s" % view_id)
 
-    def set_termination_time(self, app_id: str, when: float | None) -> float | None:
+    def set_view_termination(self, view_id: str, when: float | None) -> float | None:
+        """WS-RL SetTerminationTime on an application EPR: the view ends at ``when`` (None:
+        never; now or earlier: at once); the application goes on (spec 4.3)."""
+        now = self.clock()
+        with self.store.write() as conn:
+            if when is not None and when <= now:
+                found = repo.delete_view(conn, view_id)
+            else:
+                found = repo.set_view_termination(conn, view_id, when)
+            if not found:
+                raise ResourceUnknown("no application view %s" % view_id)
+        return when
+
+    def schedule_termination(self, app_id: str, when: float | None) -> float | None:
+        """Terminate the application at ``when`` (None: cancel), as the termination-time
+        option does at create or initialize."""
         now = self.clock()
         with self.store.write() as conn:
             app = repo.lock_app(conn, app_id)
@@ -377,9 +396,16 @@ class Service:
         return when
 
     def expire(self) -> int:
-        """Terminate applications whose scheduled termination time has passed (scheduled job)."""
-        from cddlm.application.tables import applications
+        """Terminate applications whose scheduled termination time has passed, and remove
+        views past theirs (scheduled job); returns how many applications it terminated."""
+        from cddlm.application.tables import applications, views
         now = self.clock()
+        with self.store.read() as conn:
+            views_due = conn.execute(select(views.c.id).where(views.c.termination_time <= now)
+                                     .limit(1)).first() is not None
+        if views_due:
+            with self.store.write() as conn:
+                repo.expire_views(conn, now)
         with self.store.read() as conn:
             due = [r[0] for r in conn.execute(
                 select(applications.c.id).where(applications.c.termination_time <= now,
