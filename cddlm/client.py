@@ -296,7 +296,7 @@ class Application:
         self._call("destroy")
 
     def destroy_view(self) -> None:
-        self._call("Destroy")
+        self._call("DestroyView")
 
     def ping(self) -> dict:
         """state, stateInfo (its text), health (one dict per component) and terminationInfo

@@ -26,11 +26,12 @@ def test_zeep_loads_it_with_every_operation(tmp_path):
     client = zeep.Client(str(served_copy(tmp_path)))
     portal = client.bind("PortalService", "PortalPort")
     for op in ("create", "lookup", "rebind", "GetResourceProperty", "QueryResourceProperties",
-               "Subscribe", "GetCurrentMessage"):
+               "Subscribe", "GetCurrentMessage", "Destroy", "SetTerminationTime"):
         assert hasattr(portal, op)
     app = client.bind("ApplicationService", "ApplicationPort")
-    for op in ("initialize", "run", "ping", "resolve", "terminate", "destroy", "Destroy",
-               "SetTerminationTime", "GetResourcePropertyDocument", "Subscribe", "GetCurrentMessage"):
+    for op in ("initialize", "run", "ping", "resolve", "terminate", "destroy", "DestroyView",
+               "SetTerminationTime", "scheduleTermination", "GetResourcePropertyDocument",
+               "Subscribe", "GetCurrentMessage"):
         assert hasattr(app, op)
     manager = client.bind("SubscriptionManagerService", "SubscriptionManagerPort")
     for op in ("Renew", "Unsubscribe", "PauseSubscription", "ResumeSubscription", "Destroy",
@@ -48,6 +49,16 @@ def test_xmlschema_loads_the_wsdl_and_the_api_schema(tmp_path):
                  "applicationProperties", "portalProperties", "subscriptionProperties",
                  "subscriptionStatus", "applicationCreatedEvent"):
         assert name in schema.elements
+
+
+def test_no_two_operations_of_a_port_type_differ_only_in_case():
+    """Generated clients lower-case the first letter (JAX-WS) or ignore case (.NET, VB):
+    destroy and wsrf-rl:Destroy on one port type became one method."""
+    from lxml import etree
+    W = "http://schemas.xmlsoap.org/wsdl/"
+    for port_type in etree.parse(str(WSDL)).iterfind("{%s}portType" % W):
+        names = [op.get("name").lower() for op in port_type.iterfind("{%s}operation" % W)]
+        assert len(names) == len(set(names)), (port_type.get("name"), names)
 
 
 def test_every_operation_has_an_action_and_a_binding():
