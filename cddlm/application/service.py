@@ -190,6 +190,14 @@ class Service:
             hosts.append({"name": h.name, "agent": h.agent, "down": h.name in down, "free": free})
         return {"counts": counts, "pending": pending, "undelivered": undelivered, "hosts": hosts}
 
+    def portals(self) -> list[dict]:
+        """The live portals sharing this store (spec 4.3: portals servicing a set of nodes
+        should be discoverable): base URL, start and last heartbeat, oldest first. A portal
+        silent for three heartbeats is gone."""
+        with self.store.read() as conn:
+            rows = queue.live_engines(conn, self.clock(), 3 * self.settings.heartbeat_seconds)
+        return [{"url": url, "started": started, "heartbeat": beat} for _, url, started, beat in rows]
+
     # -- application operations -----------------------------------------------------------------
     def app_for_view(self, view_id: str, resource_id: str | None = None) -> repo.App:
         """The application a live view names (``view_termination_time`` on it: the view's)."""

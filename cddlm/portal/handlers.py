@@ -99,7 +99,22 @@ class Handlers:
             **producer_properties(topics.CREATED),
             _q(RL, "CurrentTime"): rp.current_time,
             _q(RL, "TerminationTime"): lambda: [rp.termination_time(None)],
+            _q(ns.EXT, "portals"): lambda: [self.portals(req.portal)],
         })
+
+    def portals(self, me: str) -> etree._Element:
+        """``ext:portals``: every live portal of the store, its endpoint EPR and times, this
+        one marked ``self``."""
+        ext = "{%s}" % ns.EXT
+        out = etree.Element(ext + "portals", nsmap={"ext": ns.EXT, "wsa": ns.WSA})
+        for p in self.service.portals():
+            el = etree.SubElement(out, ext + "portal")
+            if p["url"].rstrip("/") == me.rstrip("/"):
+                el.set("self", "true")
+            el.append(wsa.epr(ext + "reference", portal_address(p["url"])))
+            etree.SubElement(el, ext + "started").text = format_datetime(p["started"])
+            etree.SubElement(el, ext + "heartbeat").text = format_datetime(p["heartbeat"])
+        return out
 
     def static_info(self, portal: str) -> etree._Element:
         info = m.element("staticInfo")
