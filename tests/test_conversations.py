@@ -8,6 +8,7 @@ File keys:
             on a fresh PostgreSQL schema (skipped where none answers), as portals sharing a
             store must
   consumer: true starts a notification consumer on loopback; {consumer} is its URL
+  datacenter: a datacenter (CONTRACT section 10, as YAML) the portals are started with
 Step keys:
   to:      portal | subscriptions/ID | "{var}" (an address saved earlier: it goes to the
            portal whose base URL it starts with)
@@ -152,16 +153,26 @@ def conversation(request, tmp_path, portal):
     portals = Portals()
     with contextlib.ExitStack() as stack:
         extra = spec.get("portals") or []
+        settings = {}
+        if spec.get("datacenter"):
+            path = tmp_path / "datacenter.yaml"
+            path.write_text(yaml.safe_dump(spec["datacenter"]))
+            settings["datacenter_file"] = str(path)
         if extra:
             if not postgres_available():
                 pytest.skip("portals sharing a store need PostgreSQL; none answers on "
                             "127.0.0.1:5432 (database test, trust auth)")
             url = stack.enter_context(pg_schema_url())
-            shared = dict(db_url=url, hosts_dir=str(tmp_path / "hosts"), heartbeat_seconds=0.5)
+            shared = dict(settings, db_url=url, hosts_dir=str(tmp_path / "hosts"),
+                          heartbeat_seconds=0.5)
             for number, name in enumerate(["A"] + list(extra)):
                 started = make_portal(tmp_path / name, port=8080 + number, **shared)
                 stack.callback(_stop, started)
                 portals.add(name, started)
+        elif settings:
+            started = make_portal(tmp_path / "A", **settings)
+            stack.callback(_stop, started)
+            portals.add("A", started)
         else:
             portals.add("A", portal)
         listener = None

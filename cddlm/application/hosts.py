@@ -68,12 +68,15 @@ class Hosts:
 
     def implicit_datacenter(self, dimensions: set[str] = frozenset()) -> dict:
         """The datacenter a portal without ``--datacenter`` stands for: its hosts at one level,
-        with no capacity limit in any dimension a descriptor mentions."""
+        with no capacity limit in any dimension a descriptor mentions, on one network (they
+        all run on this machine: each reaches the others through loopback)."""
         resources = sorted(set(dimensions) | {"slots"})
         unbounded = {d: 1e15 for d in resources}
         return {"resources": resources, "levels": ["host"],
                 "location": [{"name": h.name, "level": "host", "agent": h.agent,
-                              "capacity": dict(unbounded)} for h in self.hosts.values()]}
+                              "capacity": dict(unbounded)} for h in self.hosts.values()],
+                "network": {"name": "loopback",
+                            "children": [{"host": h.name} for h in self.hosts.values()]}}
 
     def __contains__(self, name: str) -> bool:
         return name in self.hosts

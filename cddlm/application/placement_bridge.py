@@ -14,7 +14,7 @@ import copy
 from typing import Any
 
 from cddlm.application.placing import placed_paths
-from cddlm.errors import PlacementError
+from cddlm.errors import BadArgument, PlacementError
 from cddlm.lang import library
 from cddlm.lang.model import Deployment
 from cddlm.placement import api
@@ -79,7 +79,11 @@ def solve(datacenter: dict, deployment: Deployment, used: dict, down: set[str],
     if not request["components"]:
         return {}, None
     dc = api.load_datacenter(datacenter_without(datacenter, down))
-    req = api.load_request(request, dc)
+    try:
+        req = api.load_request(request, dc)
+    except BadArgument as e:   # a valid descriptor that asks what this datacenter cannot give
+        raise PlacementError("the descriptor's placement does not fit this portal's datacenter: %s"
+                             % e.message, [e.message]) from None
     result, audit = api.solve_audited(dc, req, time_limit=time_limit, used=used or None)
     answer = api.result_json(dc, req, result)
     if answer["status"] == "infeasible":
