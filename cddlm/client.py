@@ -281,8 +281,11 @@ class Portal:
 
     def hosts(self) -> list[dict]:
         (info,) = self.property("dynamicInfo")
+        def free(el: etree._Element) -> dict:
+            return {f.get("resource"): float(f.text) for f in el.iterfind(A + "free")}
+
         return [{"name": h.get("name"), "agent": h.get("agent"), "down": h.get("down") == "true",
-                 "free": {f.get("resource"): float(f.text) for f in h.iterfind(A + "free")}}
+                 "free": free(h), "providers": {p.get("name"): free(p) for p in h.iterfind(A + "provider")}}
                 for h in info.iterfind("%shosts/%shost" % (A, A))]
 
     def static_info(self) -> etree._Element:

@@ -184,10 +184,14 @@ class Service:
             undelivered = conn.execute(select(func.count()).select_from(deliveries)).scalar() or 0
             down = repo.down_hosts(conn)
             used = self._used_capacity(conn)
+        def free(name: str, capacity: dict) -> dict:
+            return {k: float(v) - used.get(name, {}).get(k, 0.0) for k, v in capacity.items()}
+
         hosts = []
         for h in self.hosts.hosts.values():
-            free = {k: float(v) - used.get(h.name, {}).get(k, 0.0) for k, v in h.capacity.items()}
-            hosts.append({"name": h.name, "agent": h.agent, "down": h.name in down, "free": free})
+            hosts.append({"name": h.name, "agent": h.agent, "down": h.name in down,
+                          "free": free(h.name, h.capacity),
+                          "providers": [{"name": n, "free": free(n, c)} for n, c in h.providers.items()]})
         return {"counts": counts, "pending": pending, "undelivered": undelivered, "hosts": hosts}
 
     def portals(self) -> list[dict]:
@@ -318,9 +322,15 @@ class Service:
                                    applications.c.placement.is_not(None)))
         for (placement_json,) in rows:
             for where in json.loads(placement_json).get("components", {}).values():
-                slot = used.setdefault(where.get("provider") or where.get("host"), {})
-                for dim, amount in (where.get("demand") or {}).items():
-                    slot[dim] = slot.get(dim, 0.0) + float(amount)
+                # a component's allocations (several providers when its demand was split over
+                # a host's nested providers); placements recorded before them: its demand
+                allocations = where.get("allocations")
+                if allocations is None:
+                    allocations = {where.get("provider") or where.get("host"): where.get("demand") or {}}
+                for provider, amounts in allocations.items():
+                    slot = used.setdefault(provider, {})
+                    for dim, amount in amounts.items():
+                        slot[dim] = slot.get(dim, 0.0) + float(amount)
         return used
 
     def _intent(self, app_id: str, operation: str, reason: str | None = None) -> None:

@@ -151,6 +151,11 @@ class Handlers:
             el.set("down", "true" if h["down"] else "false")
             for dim, amount in h["free"].items():
                 m.sub(el, "free", amount).set("resource", dim)
+            for p in h.get("providers", []):     # NUMA nodes and devices below the host
+                below = m.sub(el, "provider")
+                below.set("name", p["name"])
+                for dim, amount in p["free"].items():
+                    m.sub(below, "free", amount).set("resource", dim)
         m.sub(info, "pendingWork", data["pending"])
         m.sub(info, "undeliveredNotifications", data["undelivered"])
         return info
@@ -310,6 +315,11 @@ class Handlers:
                     c.set("host", where["host"])
                 if where.get("provider"):
                     c.set("provider", where["provider"])
+                for provider, amounts in sorted((where.get("allocations") or {}).items()):
+                    for dim, amount in sorted(amounts.items()):   # what it holds, and where
+                        a = m.sub(c, "allocation", _number(amount))
+                        a.set("provider", provider)
+                        a.set("resource", dim)
         return info
 
     def state_history(self, app: App) -> etree._Element:
@@ -358,6 +368,10 @@ class Handlers:
                 topics.PORTAL, lambda req: (PORTAL_PRODUCER, None)))
             app_ops.update(self.subscriptions.producer_operations(topics.APPLICATION, self.producer))
         return Endpoint("portal", portal_ops), Endpoint("application", app_ops)
+
+
+def _number(amount: float) -> str:
+    return str(int(amount)) if float(amount).is_integer() else repr(float(amount))
 
 
 def view_of(req: Request) -> str:
