@@ -452,6 +452,11 @@ class Service:
             comps = repo.get_components(conn, app_id)
         rows = {c.path: c for c in comps}
         node = tree.find(path) if path else None
+        # Not yet (issue 12, item 11, needs delegation): a delegated sub-application (a
+        # ``delegate`` component) resolves to its applicationReference, the remote portal's
+        # EPR, not to its attributes; the schema's resolveResponse already offers that choice.
+        # Return the delegate's recorded EPR here when node.type == "delegate", and let
+        # portal/handlers.resolve write it with messages.app_reference.
         host_of = lambda p: (rows[p].host if p in rows else "") or ""
         workdir = lambda p: rows[p].workdir if p in rows and rows[p].workdir else ""
         if node is not None:
