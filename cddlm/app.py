@@ -20,6 +20,7 @@ from cddlm.application.enactment.engine import Engine
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
 from cddlm.application.store import Store
+from cddlm.application.views import Views
 from cddlm.config import Settings
 from cddlm.notify.delivery import Delivery
 from cddlm.notify.messages import portal_address
@@ -27,6 +28,7 @@ from cddlm.notify.subscriptions import Subscriptions
 from cddlm.portal import wsgi
 from cddlm.portal.handlers import Handlers
 from cddlm.portal.subscriptions import SubscriptionHandlers
+from cddlm.web.app import Dashboard
 
 log = logging.getLogger(__name__)
 # Spyne logs every fault a handler raises, with a traceback: a caller's mistake is not the
@@ -68,9 +70,10 @@ class Portal:
         notify = SubscriptionHandlers(self.subscriptions)
         self.handlers = Handlers(self.service, time.time(), notify)
         portal_ep, app_ep = self.handlers.endpoints()
+        self.dashboard = Dashboard(Views(self.service), settings, self.portal_url)
         self.wsgi = wsgi.build({"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep,
                                 "/cddlm/subscriptions": notify.manager_endpoint()},
-                               settings.limits, self.portal_url)
+                               settings.limits, self.portal_url, self.dashboard)
         self.scheduler = None
         self.server: httpserver.HttpServer | None = None
         self._stopped = threading.Event()

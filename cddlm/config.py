@@ -22,6 +22,21 @@ class Limits:
 
 
 @dataclass(frozen=True)
+class DashboardLimits:
+    """Bounds on what the web dashboard (cddlm/web) reads and sends per request."""
+
+    poll_seconds: float = 0.5               # how often a page asks whether anything changed
+    page_size: int = 50                     # applications per page by default
+    max_page_size: int = 500                # the most a caller may ask for (?limit=)
+    log_lines: int = 40                     # last lines of a component's stdout/stderr shown
+    log_bytes: int = 16 * 1024              # read at most this much of a log's end
+    max_log_lines: int = 1000               # the most a caller may ask for (?lines=)
+    descriptor_chars: int = 200_000         # a descriptor longer than this is shown cut
+    max_placed: int = 5_000                 # components drawn on the datacenter picture
+    max_name_filter: int = 256              # characters of a ?name= filter
+
+
+@dataclass(frozen=True)
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
@@ -37,6 +52,7 @@ class Settings:
     tls_key: str | None = None              # PEM (PKCS#8) private key of that certificate
     tls_client_ca: str | None = None        # PEM CA bundle: require client certificates (mTLS)
     limits: Limits = field(default_factory=Limits)
+    dashboard: DashboardLimits = field(default_factory=DashboardLimits)
     # enactment
     engine_workers: int = 4
     lease_seconds: float = 30.0              # a claimed work item is another's after this

@@ -17,6 +17,8 @@ RULES = {
                      "application"}, {"spyne", "zeep", "apscheduler"}),
     "notify": ({"errors", "ns", "config", "xmlsafe", "xsdtypes", "wsa", "application", "notify"},
                {"spyne", "apscheduler"}),
+    "web": ({"errors", "ns", "config", "lang", "placement", "application", "web"},
+            {"spyne", "zeep", "apscheduler", "sqlalchemy"}),
     "portal": ({"errors", "ns", "config", "xmlsafe", "xsdtypes", "wsa", "lang", "application",
                 "notify", "portal", "__init__"}, {"apscheduler"}),
 }

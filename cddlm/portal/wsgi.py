@@ -5,6 +5,8 @@ WSDL/XSD folder, with the request-size limit enforced before a body is read.
     /cddlm/applications/{view}     application endpoint     (GET ?wsdl: the same WSDL)
     /cddlm/subscriptions/{id}      subscription manager
     /cddlm/wsdl/{file}             the WSDL and the schemas it imports (from wsdl/ and xsd/)
+    everything else                the read-only dashboard and its JSON API (``cddlm/web``),
+                                   when the composition root passes one in
 """
 
 from __future__ import annotations
@@ -62,20 +64,24 @@ def wsdl_for(base: str, absolute_imports: bool) -> bytes:
 SCHEMAS = ("api.xsd", "ext.xsd", "rp-2.xsd", "rl-2.xsd", "b-2.xsd")
 
 
-def build(endpoints: dict[str, Endpoint], limits: Limits, portal_url: Callable[[], str]) -> "Router":
-    """The WSGI application for these endpoints (mount point -> endpoint)."""
+def build(endpoints: dict[str, Endpoint], limits: Limits, portal_url: Callable[[], str],
+          dashboard: Callable | None = None) -> "Router":
+    """The WSGI application for these endpoints (mount point -> endpoint), with ``dashboard``
+    (a WSGI application) answering every other path."""
     validator = soap.Validator(XSD_DIR, SCHEMAS)
     apps = {mount: WsgiApplication(soap.application(ep, validator, limits, portal_url),
                                    max_content_length=limits.max_body_bytes + 1)
             for mount, ep in endpoints.items()}
-    return Router(apps, limits, portal_url)
+    return Router(apps, limits, portal_url, dashboard)
 
 
 class Router:
-    def __init__(self, apps: dict[str, WsgiApplication], limits: Limits, portal_url: Callable[[], str]):
+    def __init__(self, apps: dict[str, WsgiApplication], limits: Limits, portal_url: Callable[[], str],
+                 dashboard: Callable | None = None):
         self.apps = apps          # mount point -> Spyne WSGI application
         self.limits = limits
         self.portal_url = portal_url
+        self.dashboard = dashboard
 
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "") or "/"
@@ -97,6 +103,8 @@ class Router:
                                        b"POST a SOAP 1.1 envelope, or GET ?wsdl\n",
                                        [("Allow", "POST, GET")])
                 return self._soap(mount, environ, start_response)
+        if self.dashboard is not None and not path.startswith("/cddlm/"):
+            return self.dashboard(environ, start_response)
         if path == "/":
             text = "cddlm portal\nportal endpoint: %s/cddlm/portal (WSDL: ?wsdl)\n" % self.portal_url()
             return self._plain(start_response, "200 OK", text.encode())

@@ -86,15 +86,27 @@ class LocalRunner:
         shutil.rmtree(self.app_dir(app_id), ignore_errors=True)
 
     def stderr_tail(self, app_id: str, path: str, lines: int = STDERR_TAIL_LINES) -> str:
-        name = os.path.join(self.component_dir(app_id, path), "stderr.log")
+        return "\n".join(self.log_tail(app_id, path, "stderr", lines))
+
+    def log_tail(self, app_id: str, path: str, stream: str, lines: int,
+                 max_bytes: int = 8192) -> list[str]:
+        """The last ``lines`` lines of a component's ``stdout`` or ``stderr`` log, reading at
+        most ``max_bytes`` of its end (a partial first line is dropped)."""
+        if stream not in ("stdout", "stderr"):
+            raise ValueError(stream)
+        name = os.path.join(self.component_dir(app_id, path), stream + ".log")
         try:
             with open(name, "rb") as f:
                 f.seek(0, os.SEEK_END)
-                f.seek(max(0, f.tell() - 8192))
-                text = f.read().decode("utf-8", "replace")
+                start = max(0, f.tell() - max_bytes)
+                f.seek(start)
+                text = f.read(max_bytes).decode("utf-8", "replace")
         except OSError:
-            return ""
-        return "\n".join(text.splitlines()[-lines:])
+            return []
+        found = text.splitlines()
+        if start > 0 and found:
+            found = found[1:]
+        return found[-lines:] if lines > 0 else []
 
     # -- deploy ------------------------------------------------------------------------------
     def deploy(self, t: Target) -> Outcome:

@@ -1,0 +1,366 @@
+"""Read models for the web dashboard and its JSON read API (``cddlm/web``): what a principal
+may see of the applications, their components, the datacenter and the portals sharing the
+store. Nothing here writes.
+
+Every read takes the ``Principal`` the edge authenticated; ``_scoped`` is the one place that
+turns it into a filter (an admin sees everything; a user only the applications they own), and
+an application a principal may not see answers exactly as one that does not exist.
+
+Times are seconds since the epoch (UTC), as in the store.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import false, func, or_, select
+
+from cddlm.application import lifecycle
+from cddlm.application import repository as repo
+from cddlm.application.enactment import procfs, states
+from cddlm.application.tables import applications, components, engines, events, hosts as hosts_table
+from cddlm.errors import BadArgument, NoSuchApplication
+
+PORTS_TTL = 2.0          # seconds a process's listening ports are remembered
+URN = "urn:uuid:"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who asks. Until the portal authenticates users, every caller is the implicit local
+    admin of the documented local mode (``LOCAL_ADMIN``)."""
+
+    name: str
+    admin: bool = False
+
+
+LOCAL_ADMIN = Principal("admin", admin=True)
+
+
+def _scoped(query, principal: Principal):
+    """``query`` over ``applications`` limited to what ``principal`` may see."""
+    if principal.admin:
+        return query
+    owner = applications.c.get("owner")
+    if owner is None:            # no owner recorded anywhere: a user owns nothing
+        return query.where(false())
+    return query.where(owner == principal.name)
+
+
+def normalise_id(app_id: str) -> str:
+    """Accept an application id with or without its ``urn:uuid:`` prefix."""
+    app_id = (app_id or "").strip()
+    return app_id if app_id.startswith(URN) else URN + app_id
+
+
+def _summary(row: Any) -> dict:
+    m = row._mapping
+    return {"id": m["id"], "name": m["name"], "owner": m.get("owner"), "state": m["state"],
+            "stateInfo": m["state_info"], "created": m["created"], "started": m["started"],
+            "terminated": m["terminated"]}
+
+
+_SUMMARY_COLUMNS = [applications.c.id, applications.c.name, applications.c.state,
+                    applications.c.state_info, applications.c.created, applications.c.started,
+                    applications.c.terminated] + (
+    [applications.c.owner] if "owner" in applications.c else [])
+
+
+class Views:
+    def __init__(self, service: Any):
+        self.service = service
+        self.store = service.store
+        self.settings = service.settings
+        self.hosts = service.hosts
+        self.clock = service.clock
+        self._ports: dict[tuple[int, str | None], tuple[float, list[int]]] = {}
+        self._ports_lock = threading.Lock()
+
+    @property
+    def runners(self) -> dict:
+        engine = self.service.engine
+        return engine.runners if engine is not None else {}
+
+    # -- applications ----------------------------------------------------------------------
+    def applications(self, principal: Principal, *, state: str | None = None,
+                     name: str | None = None, limit: int | None = None, offset: int = 0) -> dict:
+        """A page of applications, newest first, with their components counted by state."""
+        lim = self.settings.dashboard
+        limit = lim.page_size if limit is None else limit
+        if not 1 <= limit <= lim.max_page_size:
+            raise BadArgument("limit must be between 1 and %d" % lim.max_page_size)
+        if offset < 0:
+            raise BadArgument("offset must not be negative")
+        if state and state not in lifecycle.STATES:
+            raise BadArgument("unknown state %r (states: %s)" % (state, ", ".join(lifecycle.STATES)))
+        if name and len(name) > lim.max_name_filter:
+            raise BadArgument("the name filter is longer than %d characters" % lim.max_name_filter)
+        where = []
+        if state:
+            where.append(applications.c.state == state)
+        if name:
+            pattern = "%" + name.lower().replace("\\", "\\\\").replace("%", "\\%") \
+                .replace("_", "\\_") + "%"
+            where.append(or_(func.lower(applications.c.name).like(pattern, escape="\\"),
+                             applications.c.id.like(pattern, escape="\\")))
+        with self.store.read() as conn:
+            total = conn.execute(_scoped(select(func.count()).select_from(applications)
+                                         .where(*where), principal)).scalar() or 0
+            rows = conn.execute(_scoped(select(*_SUMMARY_COLUMNS).where(*where), principal)
+                                .order_by(applications.c.created.desc(), applications.c.id)
+                                .limit(limit).offset(offset)).all()
+            items = [_summary(r) for r in rows]
+            counts: dict[str, dict[str, int]] = {i["id"]: {} for i in items}
+            if items:
+                for app_id, observed, n in conn.execute(
+                        select(components.c.app_id, components.c.observed, func.count())
+                        .where(components.c.app_id.in_(list(counts)))
+                        .group_by(components.c.app_id, components.c.observed)):
+                    counts[app_id][observed] = n
+            by_state = {s: n for s, n in conn.execute(_scoped(
+                select(applications.c.state, func.count()).group_by(applications.c.state),
+                principal))}
+        for item in items:
+            item["components"] = counts[item["id"]]
+        return {"total": total, "offset": offset, "limit": limit, "items": items,
+                "states": {s: by_state.get(s, 0) for s in lifecycle.STATES}}
+
+    def _app(self, conn, principal: Principal, app_id: str) -> repo.App:
+        app_id = normalise_id(app_id)
+        row = conn.execute(_scoped(select(*repo.APP_COLUMNS).where(applications.c.id == app_id),
+                                   principal)).first()
+        if row is None:
+            raise NoSuchApplication("no application with id %s" % app_id)
+        return repo.App.from_row(row)
+
+    def application(self, principal: Principal, app_id: str) -> dict:
+        """One application: its summary, deployment facts, history and components."""
+        with self.store.read() as conn:
+            app = self._app(conn, principal, app_id)
+            hist = repo.get_history(conn, app.id)
+            comps = repo.get_components(conn, app.id)
+        out = {"id": app.id, "name": app.name, "owner": app._raw.get("owner"), "state": app.state,
+               "stateInfo": app.state_info, "created": app.created, "started": app.started,
+               "terminated": app.terminated, "terminationTime": app.termination_time,
+               "terminationInfo": app.termination_info, "language": app.language,
+               "descriptorDigest": app.descriptor_digest, "properties": app.properties,
+               "options": app.options, "hostname": app.hostname,
+               "placement": app.placement or {"components": {}, "audit": None}}
+        out["history"] = _history(hist)
+        out["components"] = self._components(app.id, comps)
+        return out
+
+    def components(self, principal: Principal, app_id: str) -> list[dict]:
+        with self.store.read() as conn:
+            app = self._app(conn, principal, app_id)
+            comps = repo.get_components(conn, app.id)
+        return self._components(app.id, comps)
+
+    def history(self, principal: Principal, app_id: str) -> list[dict]:
+        with self.store.read() as conn:
+            app = self._app(conn, principal, app_id)
+            return _history(repo.get_history(conn, app.id))
+
+    def descriptor(self, principal: Principal, app_id: str) -> dict:
+        with self.store.read() as conn:
+            app = self._app(conn, principal, app_id)
+            text = conn.execute(select(applications.c.descriptor)
+                                .where(applications.c.id == app.id)).scalar()
+        return {"language": app.language, "digest": app.descriptor_digest, "text": text}
+
+    def logs(self, principal: Principal, app_id: str, path: str, lines: int | None = None) -> dict:
+        """The last lines of a component's stdout and stderr (on a host this portal runs)."""
+        lim = self.settings.dashboard
+        lines = lim.log_lines if lines is None else lines
+        if not 1 <= lines <= lim.max_log_lines:
+            raise BadArgument("lines must be between 1 and %d" % lim.max_log_lines)
+        with self.store.read() as conn:
+            app = self._app(conn, principal, app_id)
+            comp = repo.get_component(conn, app.id, path)
+        if comp is None:
+            raise BadArgument("application %s has no component %r" % (app.id, path))
+        runner = self.runners.get(comp.host or "")
+        out: dict[str, Any] = {"path": comp.path, "host": comp.host, "available": runner is not None}
+        for stream in ("stdout", "stderr"):
+            out[stream] = runner.log_tail(app.id, comp.path, stream, lines, lim.log_bytes) \
+                if runner is not None else []
+        return out
+
+    def _components(self, app_id: str, comps: list[repo.Component]) -> list[dict]:
+        """The component tree flattened parents first, siblings in document order."""
+        children: dict[str | None, list[repo.Component]] = {}
+        for c in comps:
+            children.setdefault(c.parent, []).append(c)
+        out: list[dict] = []
+        stack = list(reversed(sorted(children.get(None, []), key=lambda c: c.position)))
+        while stack:
+            c = stack.pop()
+            out.append(self._component(c))
+            stack.extend(reversed(sorted(children.get(c.path, []), key=lambda k: k.position)))
+        return out
+
+    def _component(self, c: repo.Component) -> dict:
+        return {"path": c.path, "name": c.path.rsplit("/", 1)[-1], "parent": c.parent,
+                "depth": c.path.count("/"), "type": c.type, "optional": c.optional,
+                "host": c.host, "provider": c.provider, "desired": c.desired, "state": c.observed,
+                "pid": c.pid if c.observed in (states.STARTING, states.RUNNING) else None,
+                "ports": self._ports_of(c), "restarts": c.restarts, "exitCode": c.exit_code,
+                "exitSignal": c.exit_signal, "info": c.info, "updated": c.updated,
+                "stderr": c.runtime.get("stderr") if c.observed == states.FAILED else None}
+
+    def _ports_of(self, c: repo.Component) -> list[int]:
+        if c.type != "process" or c.observed != states.RUNNING or not c.pid:
+            return []
+        if c.runtime.get("ports"):
+            return list(c.runtime["ports"])
+        if (c.host or "") not in self.runners:
+            return []
+        key, now = (c.pid, c.pid_start), time.monotonic()
+        with self._ports_lock:
+            seen = self._ports.get(key)
+        if seen is not None and now - seen[0] < PORTS_TTL:
+            return seen[1]
+        ports = procfs.listening_ports(c.pid) if procfs.alive(c.pid, c.pid_start) else []
+        with self._ports_lock:
+            if len(self._ports) > 4096:
+                self._ports.clear()
+            self._ports[key] = (now, ports)
+        return ports
+
+    # -- the datacenter ----------------------------------------------------------------------
+    def datacenter(self, principal: Principal, app_id: str | None = None) -> dict:
+        """The location tree with, on each node, its capacity and what is used of it, whether
+        it is down, and the visible components placed on it (of applications not terminated)."""
+        lim = self.settings.dashboard
+        implicit = self.hosts.datacenter is None
+        dc = self.hosts.datacenter or self.hosts.implicit_datacenter()
+        query = _scoped(select(components.c.app_id, components.c.path, components.c.type,
+                               components.c.observed, components.c.host, components.c.provider,
+                               applications.c.name, applications.c.state)
+                        .select_from(components.join(applications,
+                                                     applications.c.id == components.c.app_id))
+                        .where(applications.c.state != lifecycle.TERMINATED,
+                               components.c.provider.is_not(None)), principal)
+        if app_id:
+            query = query.where(applications.c.id == normalise_id(app_id))
+        with self.store.read() as conn:
+            if app_id:
+                self._app(conn, principal, app_id)
+            down = repo.down_hosts(conn)
+            used = self.service._used_capacity(conn)
+            placed_rows = conn.execute(query.order_by(applications.c.created, components.c.path)
+                                       .limit(lim.max_placed + 1)).all()
+            peers = self._live_peers(conn)
+        truncated = len(placed_rows) > lim.max_placed
+        on: dict[str, list[dict]] = {}
+        for r in placed_rows[:lim.max_placed]:
+            on.setdefault(r.provider, []).append({
+                "app": r.app_id, "appName": r.name, "appState": r.state, "path": r.path,
+                "type": r.type, "state": r.observed, "host": r.host})
+        peer_urls = {_base(p["url"]) for p in peers if p["url"]}
+
+        def visit(node: dict, host: str | None, depth: int) -> dict:
+            name = str(node.get("name"))
+            is_host = name in self.hosts
+            host = name if is_host else host
+            out: dict[str, Any] = {"name": name, "level": node.get("level"), "host": is_host,
+                                   "capacity": {} if implicit else dict(node.get("capacity") or {}),
+                                   "used": used.get(name, {}), "traits": list(node.get("traits") or []),
+                                   "components": on.get(name, [])}
+            if host is not None:
+                out["down"] = host in down
+                out["reason"] = down.get(host)
+            if is_host:
+                agent = self.hosts.hosts[name].agent
+                out["agent"] = agent
+                out["servedBy"] = "this portal" if agent == "local" else agent
+                out["reachable"] = agent == "local" or _base(agent) in peer_urls
+            out["children"] = [visit(c, host, depth + 1) for c in node.get("children") or []
+                               if isinstance(c, dict)] if depth < 64 else []
+            return out
+
+        roots = dc.get("location")
+        roots = roots if isinstance(roots, list) else [roots]
+        return {"implicit": implicit, "levels": list(dc.get("levels") or []),
+                "resources": [] if implicit else list(dc.get("resources") or []),
+                "roots": [visit(r, None, 0) for r in roots if isinstance(r, dict)],
+                "placed": min(len(placed_rows), lim.max_placed), "truncated": truncated}
+
+    def hosts_list(self, principal: Principal) -> list[dict]:
+        """Every host: agent and who serves it, down or not, capacity, used and free, and the
+        number of visible components on it (of applications not terminated)."""
+        with self.store.read() as conn:
+            down = repo.down_hosts(conn)
+            used = self.service._used_capacity(conn)
+            counts = dict(conn.execute(_scoped(
+                select(components.c.host, func.count())
+                .select_from(components.join(applications, applications.c.id == components.c.app_id))
+                .where(applications.c.state != lifecycle.TERMINATED, components.c.host.is_not(None))
+                .group_by(components.c.host), principal)).all())
+            peers = self._live_peers(conn)
+        peer_urls = {_base(p["url"]) for p in peers if p["url"]}
+        implicit = self.hosts.datacenter is None
+        out = []
+        for h in self.hosts.hosts.values():
+            capacity = {} if implicit else {k: float(v) for k, v in h.capacity.items()}
+            held = used.get(h.name, {})
+            out.append({"name": h.name, "agent": h.agent,
+                        "servedBy": "this portal" if h.local else h.agent,
+                        "reachable": h.local or _base(h.agent) in peer_urls,
+                        "down": h.name in down, "reason": down.get(h.name),
+                        "capacity": capacity, "used": held,
+                        "free": {k: v - held.get(k, 0.0) for k, v in capacity.items()},
+                        "components": counts.get(h.name, 0)})
+        return out
+
+    def peers(self, principal: Principal) -> list[dict]:
+        """The portals sharing this store that heart-beat lately, this one marked ``self``."""
+        with self.store.read() as conn:
+            return self._live_peers(conn)
+
+    def _live_peers(self, conn) -> list[dict]:
+        now = self.clock()
+        stale = now - 3 * self.settings.heartbeat_seconds
+        me = self.service.engine.id if self.service.engine is not None else None
+        return [{"id": r.id, "url": r.url, "started": r.started, "heartbeat": r.heartbeat,
+                 "self": r.id == me}
+                for r in conn.execute(select(engines).where(engines.c.heartbeat >= stale)
+                                      .order_by(engines.c.started))]
+
+    # -- change detection --------------------------------------------------------------------
+    def version(self, principal: Principal, app_id: str | None = None) -> str:
+        """A token that changes whenever what a page shows may have changed: of one
+        application (its state and its components), or of every visible application (their
+        states, creations and removals, and hosts marked; a component's own changes show on
+        the pages' periodic refresh)."""
+        with self.store.read() as conn:
+            if app_id:
+                app = self._app(conn, principal, app_id)
+                latest, count = conn.execute(
+                    select(func.max(components.c.updated), func.count())
+                    .where(components.c.app_id == app.id)).one()
+                return "%d.%s.%s.%d" % (app.event_seq, app.state, latest, count)
+            # every lifecycle transition and every creation adds an event (its id is indexed);
+            # a user's own applications are summed instead, so nobody learns of others' activity
+            if principal.admin:
+                n = conn.execute(select(func.count()).select_from(applications)).scalar()
+                changes = conn.execute(select(func.max(events.c.id))).scalar()
+            else:
+                n, changes = conn.execute(_scoped(select(func.count(), func.sum(applications.c.event_seq)),
+                                                  principal)).one()
+            marked = conn.execute(select(func.max(hosts_table.c.updated))).scalar()
+        return "%d.%s.%s" % (n, changes, marked)
+
+
+def _history(rows: list[tuple]) -> list[dict]:
+    return [{"seq": seq, "state": state, "at": at, "info": info} for seq, state, at, info in rows]
+
+
+def _base(url: str) -> str:
+    """A portal URL reduced to scheme://host:port, to compare agents with peers."""
+    url = (url or "").strip().rstrip("/")
+    head, sep, rest = url.partition("://")
+    return (head.lower() + sep + rest.split("/", 1)[0].lower()) if sep else url.lower()
