@@ -109,7 +109,7 @@ class Listener:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.stop(timeout=1)
+            self._server.stop(timeout=5)   # granian aborts the process if still running at exit
             self._server = None
 
     def __enter__(self) -> "Listener":

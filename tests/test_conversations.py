@@ -137,11 +137,15 @@ def _notified(listener, seen: list[int], spec: dict, values: dict, shared, where
     seen[0] += 1
     problems = validate_envelope(data, shared)
     assert not problems, "%s: %s" % (where, problems)
-    doc = etree.fromstring(data)
-    for expr in spec.get("xpath", []):
+    _holds(etree.fromstring(data), data, spec, values, where)
+
+
+def _holds(doc: etree._Element, data: bytes, expect: dict, values: dict, where: str) -> None:
+    """Every ``xpath`` of ``expect`` is true of ``doc``; its ``save`` expressions are kept."""
+    for expr in expect.get("xpath", []):
         assert doc.xpath("boolean(%s)" % _fill(expr, values), namespaces=PREFIXES) is True, \
             "%s: %s is false in %s" % (where, expr, data[:2500])
-    for name, expr in spec.get("save", {}).items():
+    for name, expr in expect.get("save", {}).items():
         values[name] = doc.xpath(expr, namespaces=PREFIXES)
         assert values[name], "%s: nothing to save for %s" % (where, name)
 
@@ -235,9 +239,4 @@ def test_conversation(conversation):
         else:
             assert fault is None, "%s: unexpected fault %s" % (where, etree.tostring(fault)[:600])
             assert status == expect.get("status", 200), where
-        for expr in expect.get("xpath", []):
-            assert doc.xpath("boolean(%s)" % _fill(expr, values), namespaces=PREFIXES) is True, \
-                "%s: %s is false in %s" % (where, expr, data[:1500])
-        for name, expr in expect.get("save", {}).items():
-            values[name] = doc.xpath(expr, namespaces=PREFIXES)
-            assert values[name], "%s: nothing to save for %s" % (where, name)
+        _holds(doc, data, expect, values, where)

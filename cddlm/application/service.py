@@ -184,6 +184,7 @@ class Service:
             undelivered = conn.execute(select(func.count()).select_from(deliveries)).scalar() or 0
             down = repo.down_hosts(conn)
             used = self._used_capacity(conn)
+
         def free(name: str, capacity: dict) -> dict:
             return {k: float(v) - used.get(name, {}).get(k, 0.0) for k, v in capacity.items()}
 
