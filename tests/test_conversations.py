@@ -66,6 +66,18 @@ def _path(to: str) -> str:
     return "/cddlm/" + to.lstrip("/")
 
 
+class _Client(WsgiClient):
+    """A client of one in-process portal, saying which host it addresses (as HTTP does)."""
+
+    def __init__(self, app, host: str):
+        super().__init__(app)
+        self.host = host
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        status, _, data = self.request("POST", path, body, {"Host": self.host})
+        return status, data
+
+
 class Portals:
     """The portals of one conversation by name (A first), their clients, and which stopped."""
 
@@ -76,7 +88,7 @@ class Portals:
 
     def add(self, name: str, portal) -> None:
         self.portals[name] = portal
-        self.clients[name] = WsgiClient(portal.wsgi)
+        self.clients[name] = _Client(portal.wsgi, portal.url.split("://", 1)[-1].rstrip("/"))
 
     def client_for(self, step: dict, values: dict) -> WsgiClient:
         to = _fill(step.get("to", "portal"), values)
