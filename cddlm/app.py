@@ -61,7 +61,8 @@ class Portal:
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)
         # notifications: the use cases, the delivery workers, and who wakes them
         self.subscriptions = Subscriptions(self.store, settings, clock=clock)
-        self.delivery = Delivery(self.store, settings, self.engine.id, clock=clock)
+        self.delivery = Delivery(self.store, settings, self.engine.id, clock=clock,
+                                 portal_url=self.portal_url)
         self.service.subscriptions = self.subscriptions
         self.service.on_events.append(self.delivery.wake)
         self.engine.on_events.append(self.delivery.wake)

@@ -13,6 +13,13 @@ Typed operations go through zeep; resource properties are read as raw XML (zeep 
 requests are built with lxml (zeep cannot send a topic expression's mixed content). A fault
 from the portal is raised as ``PortalFault`` with the fault element's name and text.
 
+Failover: portals sharing a store list each other (``ext:portals``). When the portal stops
+answering, a call is sent again through a live peer: the ``Portal`` binds to it, an
+``Application`` rebinds its EPR there, a ``Subscription`` reaches its manager there. A call
+that may have reached the dead portal is repeated only when repeating it is harmless (reads,
+lookup, rebind, terminate, ping ...); create, initialize, run, destroy and subscribe are
+repeated only when the connection was refused, so they never happen twice.
+
 Notifications arrive at a ``Listener`` (``cddlm.listener``, re-exported here):
 
     with Listener() as listener:
@@ -36,6 +43,7 @@ from zeep.transports import Transport
 from cddlm import ns, wsa, xmlsafe
 from cddlm.errors import ClientError
 from cddlm.listener import Event, Listener
+from cddlm.notify.messages import MANAGER_PATH, PORTAL_PATH
 from cddlm.notify.topics import topic_element
 
 __all__ = ["Application", "Event", "Listener", "Portal", "PortalFault", "Reference", "Subscription",
@@ -62,7 +70,31 @@ class PortalFault(ClientError):
 
 
 class Unreachable(ClientError):
-    pass
+    """The portal did not answer; ``sent`` is False when the request certainly never reached
+    it (the connection was refused or not made in time)."""
+
+    def __init__(self, message: str, sent: bool = True):
+        super().__init__(message)
+        self.sent = sent
+
+
+def _unreachable(where: str, e: BaseException) -> Unreachable:
+    return Unreachable("cannot reach %s: %s" % (where, e), sent=not _refused(e))
+
+
+def _refused(e: BaseException | None) -> bool:
+    """Whether a requests/urllib3 error means the connection was never made."""
+    from urllib3.exceptions import ConnectTimeoutError
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, (requests.ConnectTimeout, ConnectionRefusedError, ConnectTimeoutError)):
+            return True
+        inner = getattr(e, "reason", None)
+        if not isinstance(inner, BaseException):
+            inner = e.args[0] if e.args and isinstance(e.args[0], BaseException) else None
+        e = inner or e.__cause__ or e.__context__
+    return False
 
 
 @dataclass(frozen=True)
@@ -118,15 +150,33 @@ def options_arg(options: dict[str, Any] | None, must_understand: Iterable[str] =
 
 
 class Portal:
-    def __init__(self, url: str, timeout: float = 30.0, session: requests.Session | None = None):
+    """A portal, and the live peers sharing its store (``peers``, from ``ext:portals``; also
+    ``fallbacks`` given here), to fail over to (``failover=False``: never)."""
+
+    def __init__(self, url: str, timeout: float = 30.0, session: requests.Session | None = None,
+                 *, fallbacks: Iterable[str] = (), failover: bool = True):
         self.url = url.rstrip("/")
         self.session = session or requests.Session()
         self.transport = Transport(session=self.session, timeout=timeout, operation_timeout=timeout)
-        try:
-            self.zeep = zeep.Client(self.url + "?wsdl", transport=self.transport)
-        except (requests.RequestException, OSError) as e:
-            raise Unreachable("cannot reach the portal at %s: %s" % (self.url, e)) from None
-        self.service = self.zeep.create_service(PORTAL_BINDING, self.url)
+        self.failover_enabled = failover
+        self.fallbacks = [f.rstrip("/") for f in fallbacks]
+        self.peers = [f for f in self.fallbacks if f != self.url]
+        error: BaseException | None = None
+        for candidate in [self.url] + self.peers:
+            try:
+                self.zeep = zeep.Client(candidate + "?wsdl", transport=self.transport)
+                break
+            except (requests.RequestException, OSError) as e:
+                error = e
+        else:
+            raise Unreachable("cannot reach the portal at %s: %s" % (self.url, error)) from None
+        self._bind(candidate)
+        if failover:
+            self.refresh_peers()
+
+    def _bind(self, url: str) -> None:
+        self.url = url
+        self.service = self.zeep.create_service(PORTAL_BINDING, url)
 
     def _call(self, fn: Callable, *args, **kwargs) -> Any:
         try:
@@ -134,19 +184,71 @@ class Portal:
         except zeep.exceptions.Fault as e:
             raise _fault(e) from None
         except (requests.RequestException, OSError) as e:
-            raise Unreachable("cannot reach %s: %s" % (self.url, e)) from None
+            raise _unreachable(self.url, e) from None
 
+    # -- failover -----------------------------------------------------------------------------
+    def refresh_peers(self) -> list[str]:
+        """Learn the live portals sharing this one's store (``ext:portals``; a portal that
+        does not publish it has no known peers but those given)."""
+        try:
+            (holder,) = _get_property(self, self.service, self.url, ns.EXT, "portals")
+        except (PortalFault, Unreachable, ValueError):
+            return self.peers
+        found = [(a.text or "").strip().rstrip("/") for a in holder.iterfind(
+            "{%s}portal/{%s}reference/{%s}Address" % (ns.EXT, ns.EXT, ns.WSA))]
+        self.peers = list(dict.fromkeys(u for u in found + self.fallbacks if u and u != self.url))
+        return self.peers
+
+    def failover(self) -> bool:
+        """Make sure a portal answers: this one, else the first peer that does, bound in its
+        place (the WSDL is the same). False when none answers."""
+        for candidate in dict.fromkeys([self.url] + self.peers):
+            try:
+                self._probe(candidate)
+            except (Unreachable, PortalFault):
+                continue
+            if candidate != self.url:
+                self._bind(candidate)
+            self.refresh_peers()
+            return True
+        return False
+
+    def _probe(self, url: str) -> None:
+        body = etree.Element("{%s}GetResourceProperty" % ns.WSRF_RP,
+                             nsmap={"wsrf-rp": ns.WSRF_RP, "wsrf-rl": ns.WSRF_RL})
+        body.text = "wsrf-rl:CurrentTime"
+        _post(self, url, body, timeout=min(5.0, self.transport.operation_timeout or 5.0))
+
+    def _invoke(self, attempt: Callable[[], Any], recover: Callable[[], None] | None = None,
+                idempotent: bool = True) -> Any:
+        """``attempt()``; when the portal does not answer, once more through a live portal
+        (after ``recover()``, which re-addresses what the attempt uses), if that is safe."""
+        try:
+            return attempt()
+        except Unreachable as e:
+            if not self.failover_enabled or (e.sent and not idempotent) or not self.failover():
+                raise
+        if recover is not None:
+            recover()
+        return attempt()
+
+    def _op(self, operation: str, idempotent: bool = True, **kwargs) -> Any:
+        return self._invoke(lambda: self._call(getattr(self.service, operation), **kwargs),
+                            idempotent=idempotent)
+
+    # -- operations -----------------------------------------------------------------------------
     def create(self, name: str | None = None, hostname: str | None = None,
                options: dict[str, Any] | None = None) -> "Application":
-        r = self._call(self.service.create, name=name, hostname=hostname, options=options_arg(options))
+        r = self._op("create", idempotent=False, name=name, hostname=hostname,
+                     options=options_arg(options))
         return Application(self, _reference(r))
 
     def lookup(self, app: str) -> "Application":
         """An application by id (``urn:uuid:...``) or by name."""
         if app.startswith("urn:uuid:"):
-            r = self._call(self.service.lookup, ResourceId=app)
+            r = self._op("lookup", ResourceId=app)
         else:
-            r = self._call(self.service.lookup, name=app)
+            r = self._op("lookup", name=app)
         return Application(self, _reference(r))
 
     def application(self, reference: Reference) -> "Application":
@@ -154,11 +256,15 @@ class Portal:
 
     def rebind(self, reference: Reference) -> "Application":
         epr = {"Address": {"_value_1": reference.address}}
-        r = self._call(self.service.rebind, applicationReference=epr)
+        if reference.resource_id:
+            rid = etree.Element(A + "ResourceId", nsmap={"api": ns.API})
+            rid.text = reference.resource_id
+            epr["ReferenceParameters"] = {"_value_1": [rid]}
+        r = self._op("rebind", applicationReference=epr)
         return Application(self, _reference(r))
 
     def property(self, local: str, namespace: str = ns.API) -> list[etree._Element]:
-        return _get_property(self, self.service, self.url, namespace, local)
+        return self._invoke(lambda: _get_property(self, self.service, self.url, namespace, local))
 
     def applications(self) -> list["Application"]:
         (holder,) = self.property("applications")
@@ -171,12 +277,15 @@ class Portal:
         etree.SubElement(req, "{%s}down" % ns.EXT).text = "true" if down else "false"
         if reason:
             etree.SubElement(req, "{%s}reason" % ns.EXT).text = reason
-        return _post(self, self.url, req)[0]
+        return self._invoke(lambda: _post(self, self.url, req)[0])
 
     def hosts(self) -> list[dict]:
         (info,) = self.property("dynamicInfo")
+        def free(el: etree._Element) -> dict:
+            return {f.get("resource"): float(f.text) for f in el.iterfind(A + "free")}
+
         return [{"name": h.get("name"), "agent": h.get("agent"), "down": h.get("down") == "true",
-                 "free": {f.get("resource"): float(f.text) for f in h.iterfind(A + "free")}}
+                 "free": free(h), "providers": {p.get("name"): free(p) for p in h.iterfind(A + "provider")}}
                 for h in info.iterfind("%shosts/%shost" % (A, A))]
 
     def static_info(self) -> etree._Element:
@@ -185,15 +294,16 @@ class Portal:
     def subscribe(self, consumer: str, *, termination: str | None = "PT1H",
                   message_filter: str | None = None) -> "Subscription":
         """Subscribe ``consumer`` (a URL) to every application created from now on."""
-        return _subscribe(self, self.url, [], consumer, CREATED, termination, message_filter)
+        return self._invoke(lambda: _subscribe(self, self.url, [], consumer, CREATED, termination,
+                                               message_filter), idempotent=False)
 
     def current_message(self) -> etree._Element:
         """The newest api:applicationCreatedEvent (``NoCurrentMessageOnTopicFault`` if none)."""
-        return _current_message(self, self.url, [], CREATED)
+        return self._invoke(lambda: _current_message(self, self.url, [], CREATED))
 
 
 def _post(portal: Portal, address: str, body: etree._Element,
-          headers: Iterable[etree._Element] = ()) -> etree._Element:
+          headers: Iterable[etree._Element] = (), timeout: float | None = None) -> etree._Element:
     """POST ``body`` in an envelope with ``headers``; return the response's body element,
     raising ``PortalFault`` for a fault."""
     env = etree.Element("{%s}Envelope" % ns.SOAP11_ENV, nsmap={"soapenv": ns.SOAP11_ENV, "wsa": ns.WSA})
@@ -204,9 +314,9 @@ def _post(portal: Portal, address: str, body: etree._Element,
     try:
         response = portal.session.post(address, data=etree.tostring(env),
                                        headers={"Content-Type": "text/xml; charset=utf-8"},
-                                       timeout=portal.transport.operation_timeout)
+                                       timeout=timeout or portal.transport.operation_timeout)
     except (requests.RequestException, OSError) as e:
-        raise Unreachable("cannot reach %s: %s" % (address, e)) from None
+        raise _unreachable(address, e) from None
     return _body(response, address)[0]
 
 
@@ -269,8 +379,23 @@ class Application:
     def id(self) -> str:
         return self.reference.resource_id
 
-    def _call(self, name: str, **kwargs) -> Any:
-        return self.portal._call(getattr(self.service, name), _soapheaders=self._headers, **kwargs)
+    def _invoke(self, attempt: Callable[[], Any], idempotent: bool = True) -> Any:
+        return self.portal._invoke(attempt, recover=self.rebind_here, idempotent=idempotent)
+
+    def _call(self, name: str, idempotent: bool = True, **kwargs) -> Any:
+        return self._invoke(lambda: self.portal._call(getattr(self.service, name),
+                                                      _soapheaders=self._headers, **kwargs),
+                            idempotent)
+
+    def rebind_here(self) -> None:
+        """Take a view of this application through the client's (live) portal (spec 4.3:
+        the portal maps an EPR of a defunct portal to one of its own)."""
+        self._use(self.portal.rebind(self.reference).reference)
+
+    def _use(self, reference: Reference) -> None:
+        self.reference = reference
+        self._headers = _resource_id_headers(reference.resource_id)
+        self.service = self.portal.zeep.create_service(APP_BINDING, reference.address)
 
     def initialize(self, language: str, body: etree._Element | None = None, text: str | None = None,
                    reference: str | None = None, properties: dict[str, str] | None = None,
@@ -284,32 +409,49 @@ class Application:
             descriptor["reference"] = reference
         props = {"property": [{"name": k, "value": v} for k, v in properties.items()]} \
             if properties else None
-        self._call("initialize", descriptor=descriptor, properties=props, options=options_arg(options))
+        self._call("initialize", idempotent=False, descriptor=descriptor, properties=props,
+                   options=options_arg(options))
 
     def run(self) -> None:
-        self._call("run")
+        self._call("run", idempotent=False)
 
     def terminate(self, reason: str | None = None) -> None:
         self._call("terminate", reason=reason)
 
     def destroy(self) -> None:
-        self._call("destroy")
+        self._call("destroy", idempotent=False)
 
     def destroy_view(self) -> None:
-        self._call("Destroy")
+        self._call("DestroyView", idempotent=False)
 
     def ping(self) -> dict:
-        r = self._call("ping")
+        """state, stateInfo (its text), health (one dict per component) and terminationInfo
+        (a dict, with ``fault`` the fault element of a failure), read from the raw response:
+        stateInfo is mixed content, whose text zeep drops."""
+        with self.portal.zeep.settings(raw_response=True):
+            response = self._call("ping")
+        r = _body(response, self.reference.address)[0]
         health = []
-        for c in getattr(r.health, "_value_1", None) or []:
-            health.append({k: getattr(c, k, None) for k in
-                           ("path", "type", "host", "state", "healthy", "pid", "restarts")}
-                          | {"detail": getattr(c, "_value_1", None)})
+        for c in r.iterfind("%shealth/%scomponent" % (A, A)):
+            item = {k: c.get(k) for k in ("path", "type", "host", "state")}
+            item.update(healthy=c.get("healthy") == "true", detail=c.text,
+                        pid=int(c.get("pid")) if c.get("pid") else None,
+                        restarts=int(c.get("restarts") or 0))
+            health.append(item)
         info = None
-        if r.terminationInfo is not None:
-            info = {k: getattr(r.terminationInfo, k) for k in
-                    ("normal", "reason", "component", "exitCode", "signal", "time", "stderr")}
-        return {"state": r.state, "stateInfo": r.stateInfo, "health": health, "terminationInfo": info}
+        holder = r.find(A + "terminationInfo")
+        if holder is not None:
+            info = {k: holder.findtext(A + k) for k in
+                    ("reason", "component", "signal", "time", "stderr")}
+            info["normal"] = holder.findtext(A + "normal") == "true"
+            code = holder.findtext(A + "exitCode")
+            info["exitCode"] = int(code) if code is not None else None
+            fault = holder.find(A + "fault")
+            info["fault"] = fault[0] if fault is not None and len(fault) else None
+        state_info = r.find(A + "stateInfo")
+        return {"state": r.findtext(A + "state"),
+                "stateInfo": "".join(state_info.itertext()) if state_info is not None else None,
+                "health": health, "terminationInfo": info}
 
     def resolve(self, path: str) -> Any:
         with self.portal.zeep.settings(raw_response=True):
@@ -317,7 +459,8 @@ class Application:
         return _value(_body(response, self.reference.address)[0][0])
 
     def property(self, local: str, namespace: str = ns.API) -> list[etree._Element]:
-        return _get_property(self.portal, self.service, self.reference.address, namespace, local)
+        return self._invoke(lambda: _get_property(self.portal, self.service, self.reference.address,
+                                                  namespace, local))
 
     def property_many(self, *locals_: str, namespace: str = ns.API) -> list[etree._Element]:
         """Several properties in one GetMultipleResourceProperties request."""
@@ -325,7 +468,8 @@ class Application:
                             nsmap={"wsrf-rp": ns.WSRF_RP, "p": namespace})
         for local in locals_:
             etree.SubElement(req, "{%s}ResourceProperty" % ns.WSRF_RP).text = "p:" + local
-        return list(_post(self.portal, self.reference.address, req, self._headers))
+        return self._invoke(lambda: list(_post(self.portal, self.reference.address, req,
+                                               self._headers)))
 
     def state(self) -> str:
         (el,) = self.property("state")
@@ -339,12 +483,14 @@ class Application:
                   message_filter: str | None = None) -> "Subscription":
         """Subscribe ``consumer`` (a URL) to this application's lifecycle from now on;
         ``message_filter`` is an XPath 1.0 expression over ``api:lifecycleEvent`` (prefix api)."""
-        return _subscribe(self.portal, self.reference.address, self._headers, consumer, LIFECYCLE,
-                          termination, message_filter)
+        return self._invoke(lambda: _subscribe(self.portal, self.reference.address, self._headers,
+                                               consumer, LIFECYCLE, termination, message_filter),
+                            idempotent=False)
 
     def current_message(self) -> etree._Element:
         """The newest api:lifecycleEvent of this application."""
-        return _current_message(self.portal, self.reference.address, self._headers, LIFECYCLE)
+        return self._invoke(lambda: _current_message(self.portal, self.reference.address,
+                                                     self._headers, LIFECYCLE))
 
     def wait_for(self, *states: str, timeout: float = 60.0,
                  progress: Callable[[dict], None] | None = None, interval: float = 0.2) -> str:
@@ -420,8 +566,16 @@ class Subscription:
         self.termination_time = termination_time
         self._headers = _resource_id_headers(resource_id)
 
-    def _call(self, body: etree._Element) -> etree._Element:
-        return _post(self.portal, self.address, body, self._headers)
+    def _call(self, body: etree._Element, idempotent: bool = True) -> etree._Element:
+        return self.portal._invoke(lambda: _post(self.portal, self.address, body, self._headers),
+                                   recover=self._readdress, idempotent=idempotent)
+
+    def _readdress(self) -> None:
+        """The manager answers through every portal of the store: the same path on the
+        client's (live) portal."""
+        base = self.portal.url[:-len(PORTAL_PATH)] if self.portal.url.endswith(PORTAL_PATH) \
+            else self.portal.url
+        self.address = base + MANAGER_PATH + self.address.rstrip("/").rsplit("/", 1)[-1]
 
     def renew(self, termination: str) -> str | None:
         """A new termination time (xsd:dateTime or xsd:duration); returns it as set."""
@@ -431,7 +585,7 @@ class Subscription:
         return self.termination_time
 
     def unsubscribe(self) -> None:
-        self._call(etree.Element(WSNT + "Unsubscribe", nsmap={"wsnt": ns.WSNT}))
+        self._call(etree.Element(WSNT + "Unsubscribe", nsmap={"wsnt": ns.WSNT}), idempotent=False)
 
     def pause(self) -> None:
         self._call(etree.Element(WSNT + "PauseSubscription", nsmap={"wsnt": ns.WSNT}))

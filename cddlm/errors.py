@@ -20,6 +20,9 @@ zeep, OSError) are translated where they are caught and never leak upward.
     │   │   ├── InvalidQueryExpression
     │   │   └── QueryEvaluationError
     │   ├── UnableToSetTerminationTime
+    │   ├── TerminationTimeChangeRejected a resource that refuses a new termination time
+    │   ├── ResourceNotDestroyed         a resource that cannot be destroyed (the portal)
+    │   ├── AddressingError              a WS-Addressing header the portal cannot honour
     │   └── NotificationError            WS-BaseNotification faults (``fault`` names the wsnt element)
     └── ServerError                      the portal's own failure (soapenv:Server)
         ├── DeploymentFailed             enactment failed synchronously
@@ -149,6 +152,25 @@ class QueryEvaluationError(QueryError):
 
 class UnableToSetTerminationTime(ClientError):
     pass
+
+
+class TerminationTimeChangeRejected(ClientError):
+    pass
+
+
+class ResourceNotDestroyed(ClientError):
+    pass
+
+
+class AddressingError(ClientError):
+    """A WS-Addressing 1.0 fault (SOAP binding, section 6): ``subcode`` is its local name
+    (e.g. ``OnlyAnonymousAddressSupported``) and ``header`` the Clark name of the header
+    at fault, reported as ``wsa:ProblemHeaderQName``."""
+
+    def __init__(self, subcode: str, message: str, header: str | None = None):
+        super().__init__(message)
+        self.subcode = subcode
+        self.header = header
 
 
 class NotificationError(ClientError):

@@ -109,7 +109,7 @@ class Listener:
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.stop(timeout=1)
+            self._server.stop(timeout=5)   # granian aborts the process if still running at exit
             self._server = None
 
     def __enter__(self) -> "Listener":
@@ -159,14 +159,17 @@ class Listener:
         return _answer(start_response, "202 Accepted", b"")
 
     def _first_time(self, event: Event) -> bool:
-        """At-least-once delivery, deduplicated: True unless this event was queued before."""
+        """At-least-once delivery, deduplicated: True unless this event was queued before. A
+        subscription is known by its id (the end of its manager's address), which stays when
+        another portal of the store delivers it and names its own manager."""
+        subscription = (event.subscription or "").rstrip("/").rsplit("/", 1)[-1]
         if event.kind == "lifecycle" and event.sequence is not None:
-            key = (event.subscription, event.resource_id)
+            key = (subscription, event.resource_id)
             if event.sequence <= self._seen.get(key, 0):
                 return False
             self._seen[key] = event.sequence
         elif event.kind == "created":
-            key = (event.subscription, event.resource_id, "created")
+            key = (subscription, event.resource_id, "created")
             if key in self._seen:
                 return False
             self._seen[key] = 1

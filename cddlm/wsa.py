@@ -18,6 +18,9 @@ from cddlm import ns
 VERSIONS = (ns.WSA, ns.WSA_2004, ns.WSA_2003)
 HEADERS = ("To", "Action", "MessageID", "RelatesTo", "ReplyTo", "FaultTo", "From")
 TRUE = ("1", "true")
+# "reply on the back channel" in each version (1.0's wsa:None asks for no reply at all)
+ANONYMOUS = frozenset((ns.WSA + "/anonymous", ns.WSA_2004 + "/role/anonymous",
+                       ns.WSA_2003 + "/role/anonymous"))
 
 
 def q(local: str, namespace: str = ns.WSA) -> str:
@@ -80,6 +83,7 @@ class Addressing:
     action: str | None = None
     message_id: str | None = None
     reply_to: str | None = None
+    fault_to: str | None = None
     reference_parameters: list[etree._Element] = field(default_factory=list)
 
     @classmethod
@@ -97,13 +101,23 @@ class Addressing:
                     a.action = (h.text or "").strip()
                 elif qn.localname == "MessageID":
                     a.message_id = (h.text or "").strip()
-                elif qn.localname == "ReplyTo":
+                elif qn.localname in ("ReplyTo", "FaultTo"):
                     ref = parse_epr(h)
-                    a.reply_to = ref.address if ref else None
+                    setattr(a, "reply_to" if qn.localname == "ReplyTo" else "fault_to",
+                            ref.address if ref else "")
             else:
                 # 1.0 marks reference parameters; 2003/03 and 2004/08 send them unmarked
                 a.reference_parameters.append(h)
         return a
+
+    def elsewhere(self) -> tuple[str, str] | None:
+        """(header, address) of a ReplyTo or FaultTo that asks for the reply somewhere other
+        than the request's own HTTP connection, or None."""
+        for local in ("ReplyTo", "FaultTo"):
+            address = getattr(self, "reply_to" if local == "ReplyTo" else "fault_to")
+            if address is not None and address not in ANONYMOUS:
+                return q(local, self.version or ns.WSA), address
+        return None
 
     def parameter(self, tag: str) -> str | None:
         for h in self.reference_parameters:

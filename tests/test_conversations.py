@@ -3,8 +3,16 @@ application with a real store and real processes. Each file is a list of steps: 
 (a body wrapped in an envelope, or a raw request) and what the response must be; every
 response is also validated against ``xsd/`` and the standard schemas.
 
+File keys:
+  portals:  extra portals (e.g. [B]) sharing the store with the first (A); such a file runs
+            on a fresh PostgreSQL schema (skipped where none answers), as portals sharing a
+            store must
+  consumer: true starts a notification consumer on loopback; {consumer} is its URL
+  datacenter: a datacenter (CONTRACT section 10, as YAML) the portals are started with
 Step keys:
-  to:      portal | subscriptions/ID | "{var}" (an application address saved earlier)
+  to:      portal | subscriptions/ID | "{var}" (an address saved earlier: it goes to the
+           portal whose base URL it starts with)
+  via:     the portal a "portal" or relative request goes to (default A)
   body:    the body element (the standard prefixes are declared on the envelope)
   headers: header blocks;  raw: the whole request as given (not wrapped)
   expect:  status, fault (detail element QName), faultcode, xpath (boolean expressions),
@@ -12,11 +20,16 @@ Step keys:
            (applications, views, subscriptions and their settings)
   wait:    {to, state, timeout} polls api:state until it has that value
   sleep:   seconds
-Values may use {name} placeholders: saved values, and {uniq} (unique per file).
+  stop:    a portal to stop (its address answers no more)
+  notified: {timeout, xpath, save}: the next wsnt:Notify the consumer receives (validated
+           like a response) and what must hold of it
+Values may use {name} placeholders: saved values, {uniq} (unique per file), and each
+portal's base URL ({A}, {B} ...).
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 import uuid
@@ -27,13 +40,15 @@ import yaml
 from lxml import etree
 
 from cddlm import ns
-from tests.conftest import shared_dir
+from cddlm.listener import Listener
+from tests.conftest import (WsgiClient, _terminate_all, make_portal, pg_schema_url,
+                            postgres_available, shared_dir)
 from tests.schemas import validate_envelope
 
 CASES = sorted((Path(__file__).parent / "conversations").rglob("*.yaml"))
 PREFIXES = {"soapenv": ns.SOAP11_ENV, "api": ns.API, "wsa": ns.WSA, "wsrf-rp": ns.WSRF_RP,
             "wsrf-rl": ns.WSRF_RL, "wsrf-r": ns.WSRF_R, "wsrf-bf": ns.WSRF_BF, "wsnt": ns.WSNT,
-            "xsi": ns.XSI}
+            "wstop": ns.WSTOP, "ext": ns.EXT, "xsi": ns.XSI}
 ENVELOPE = ('<soapenv:Envelope %s><soapenv:Header>%s</soapenv:Header>'
             '<soapenv:Body>%s</soapenv:Body></soapenv:Envelope>')
 
@@ -51,6 +66,40 @@ def _path(to: str) -> str:
     return "/cddlm/" + to.lstrip("/")
 
 
+class _Client(WsgiClient):
+    """A client of one in-process portal, saying which host it addresses (as HTTP does)."""
+
+    def __init__(self, app, host: str):
+        super().__init__(app)
+        self.host = host
+
+    def post(self, path: str, body: bytes) -> tuple[int, bytes]:
+        status, _, data = self.request("POST", path, body, {"Host": self.host})
+        return status, data
+
+
+class Portals:
+    """The portals of one conversation by name (A first), their clients, and which stopped."""
+
+    def __init__(self):
+        self.portals: dict[str, object] = {}
+        self.clients: dict[str, WsgiClient] = {}
+        self.stopped: set[str] = set()
+
+    def add(self, name: str, portal) -> None:
+        self.portals[name] = portal
+        self.clients[name] = _Client(portal.wsgi, portal.url.split("://", 1)[-1].rstrip("/"))
+
+    def client_for(self, step: dict, values: dict) -> WsgiClient:
+        to = _fill(step.get("to", "portal"), values)
+        name = step.get("via", "A")
+        if to.startswith("http"):
+            name = next((n for n, p in self.portals.items()
+                         if to.startswith(p.url.rstrip("/") + "/")), name)
+        assert name not in self.stopped, "portal %s is stopped: nothing answers at %s" % (name, to)
+        return self.clients[name]
+
+
 def _request(client, step: dict, values: dict) -> tuple[int, bytes]:
     path = _path(_fill(step.get("to", "portal"), values))
     if "raw" in step:
@@ -62,12 +111,14 @@ def _request(client, step: dict, values: dict) -> tuple[int, bytes]:
     return client.post(path, data)
 
 
-def _wait(client, spec: dict, values: dict) -> None:
+def _wait(portals: Portals, spec: dict, values: dict) -> None:
     deadline = time.monotonic() + float(spec.get("timeout", 15))
     body = '<wsrf-rp:GetResourceProperty>api:state</wsrf-rp:GetResourceProperty>'
     state = None
+    step = {"to": spec["to"], "body": body, "via": spec.get("via", "A")}
+    client = portals.client_for(step, values)
     while time.monotonic() < deadline:
-        status, data = _request(client, {"to": spec["to"], "body": body}, values)
+        status, data = _request(client, step, values)
         doc = etree.fromstring(data)
         state = doc.findtext(".//{%s}state" % ns.API)
         if state == spec["state"]:
@@ -88,21 +139,99 @@ def _records(portal) -> tuple:
                                            s.filter_xml, s.consumer)).all()))
 
 
-@pytest.mark.parametrize("case", CASES, ids=[str(c.relative_to(c.parents[1])) for c in CASES])
-def test_conversation(case: Path, client, portal):
-    spec = yaml.safe_load(case.read_text())
+def _notified(listener, seen: list[int], spec: dict, values: dict, shared, where: str) -> None:
+    """The next Notify envelope the consumer received (waiting for it), checked."""
+    deadline = time.monotonic() + float(spec.get("timeout", 15))
+    while len(listener.envelopes) <= seen[0]:
+        assert time.monotonic() < deadline, "%s: no Notify arrived" % where
+        time.sleep(0.02)
+    _, data = listener.envelopes[seen[0]]
+    seen[0] += 1
+    problems = validate_envelope(data, shared)
+    assert not problems, "%s: %s" % (where, problems)
+    _holds(etree.fromstring(data), data, spec, values, where)
+
+
+def _holds(doc: etree._Element, data: bytes, expect: dict, values: dict, where: str) -> None:
+    """Every ``xpath`` of ``expect`` is true of ``doc``; its ``save`` expressions are kept."""
+    for expr in expect.get("xpath", []):
+        assert doc.xpath("boolean(%s)" % _fill(expr, values), namespaces=PREFIXES) is True, \
+            "%s: %s is false in %s" % (where, expr, data[:2500])
+    for name, expr in expect.get("save", {}).items():
+        values[name] = doc.xpath(expr, namespaces=PREFIXES)
+        assert values[name], "%s: nothing to save for %s" % (where, name)
+
+
+@pytest.fixture
+def conversation(request, tmp_path, portal):
+    """The portals (and consumer) a conversation file asks for."""
+    spec = yaml.safe_load(request.param.read_text())
+    portals = Portals()
+    with contextlib.ExitStack() as stack:
+        extra = spec.get("portals") or []
+        settings = {}
+        if spec.get("datacenter"):
+            path = tmp_path / "datacenter.yaml"
+            path.write_text(yaml.safe_dump(spec["datacenter"]))
+            settings["datacenter_file"] = str(path)
+        if extra:
+            if not postgres_available():
+                pytest.skip("portals sharing a store need PostgreSQL; none answers on "
+                            "127.0.0.1:5432 (database test, trust auth)")
+            url = stack.enter_context(pg_schema_url())
+            shared = dict(settings, db_url=url, hosts_dir=str(tmp_path / "hosts"),
+                          heartbeat_seconds=0.5)
+            for number, name in enumerate(["A"] + list(extra)):
+                started = make_portal(tmp_path / name, port=8080 + number, **shared)
+                stack.callback(_stop, started)
+                portals.add(name, started)
+        elif settings:
+            started = make_portal(tmp_path / "A", **settings)
+            stack.callback(_stop, started)
+            portals.add("A", started)
+        else:
+            portals.add("A", portal)
+        listener = None
+        if spec.get("consumer"):
+            listener = stack.enter_context(Listener(keep_envelopes=True))
+        yield request.param.name, spec, portals, listener
+
+
+def _stop(p) -> None:
+    if not getattr(p, "_stopped").is_set():
+        _terminate_all(p)
+    p.stop()
+
+
+@pytest.mark.parametrize("conversation", CASES, ids=[str(c.relative_to(c.parents[1])) for c in CASES],
+                         indirect=True)
+def test_conversation(conversation):
+    case_name, spec, portals, listener = conversation
     values = {"uniq": uuid.uuid4().hex[:10]}
+    values.update({name: p.url for name, p in portals.portals.items()})
+    if listener is not None:
+        values["consumer"] = listener.url("consumer")
     shared = shared_dir()
+    seen = [0]
     for number, step in enumerate(spec["steps"], 1):
-        where = "%s step %d" % (case.name, number)
+        where = "%s step %d" % (case_name, number)
         if "wait" in step:
-            _wait(client, step["wait"], values)
+            _wait(portals, step["wait"], values)
             continue
         if "sleep" in step:
             time.sleep(float(step["sleep"]))
             continue
+        if "stop" in step:
+            portals.portals[step["stop"]].stop()
+            portals.stopped.add(step["stop"])
+            continue
+        if "notified" in step:
+            _notified(listener, seen, step["notified"], values, shared, where)
+            continue
         expect = step.get("expect", {})
-        before = _records(portal) if "fault" in expect or "faultcode" in expect else None
+        client = portals.client_for(step, values)
+        store_of = portals.portals["A"]
+        before = _records(store_of) if "fault" in expect or "faultcode" in expect else None
         status, data = _request(client, step, values)
         doc = etree.fromstring(data)
         problems = validate_envelope(data, shared)
@@ -118,13 +247,8 @@ def test_conversation(case: Path, client, portal):
                 assert detail is not None and detail[0].tag == "{%s}%s" % (PREFIXES[prefix], local), \
                     "%s: wrong fault %s" % (where, etree.tostring(fault)[:400])
             assert status == 500, where
-            assert _records(portal) == before, "%s: a fault changed the store" % where
+            assert _records(store_of) == before, "%s: a fault changed the store" % where
         else:
             assert fault is None, "%s: unexpected fault %s" % (where, etree.tostring(fault)[:600])
             assert status == expect.get("status", 200), where
-        for expr in expect.get("xpath", []):
-            assert doc.xpath("boolean(%s)" % _fill(expr, values), namespaces=PREFIXES) is True, \
-                "%s: %s is false in %s" % (where, expr, data[:1500])
-        for name, expr in expect.get("save", {}).items():
-            values[name] = doc.xpath(expr, namespaces=PREFIXES)
-            assert values[name], "%s: nothing to save for %s" % (where, name)
+        _holds(doc, data, expect, values, where)

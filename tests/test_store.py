@@ -6,7 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
-from sqlalchemy import func, inspect, select
+from sqlalchemy import func, inspect, select, text
 
 from cddlm.application import repository as repo
 from cddlm.application.enactment import queue
@@ -55,12 +55,48 @@ def test_state_history_and_event_commit_together_or_not_at_all(db_url):
     store.dispose()
 
 
-def test_names_are_unique(db_url):
+def test_names_are_unique_among_live_applications(db_url):
     from sqlalchemy.exc import IntegrityError
     store = make(db_url)
-    new_app(store, "twin")
+    first = new_app(store, "twin")
     with pytest.raises(IntegrityError):
         new_app(store, "twin")
+    with store.write() as conn:
+        repo.record_state(conn, repo.get_app(conn, first.id), "terminated", 2.0)
+    second = new_app(store, "twin")        # a terminated application holds its name no more
+    with pytest.raises(IntegrityError):
+        new_app(store, "twin")
+    with store.read() as conn:
+        assert repo.app_by_name(conn, "twin").id == second.id
+    store.dispose()
+
+
+def test_upgrade_from_the_first_schema_keeps_the_data(db_url):
+    """A portal database made by revision 0001 upgrades in place (views gain a termination
+    time, the name constraint becomes the live-name index)."""
+    from alembic import command
+    from alembic.config import Config
+    from cddlm.application.store import MIGRATIONS
+    store = Store(db_url)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with store.write() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0001")
+        conn.execute(text("INSERT INTO applications (id, name, state, desired, generation, "
+                          "created, event_seq) VALUES ('urn:uuid:old', 'old', 'terminated', "
+                          "'terminated', 0, 1.0, 1)"))
+        conn.execute(text("INSERT INTO views (id, app_id, portal, created) "
+                          "VALUES ('v1', 'urn:uuid:old', 'http://p', 1.0)"))
+    store.migrate()
+    again = new_app(store, "old")
+    with store.read() as conn:
+        assert repo.get_view(conn, "v1").app_id == "urn:uuid:old"
+        assert repo.app_by_name(conn, "old").id == again.id
+    from sqlalchemy.exc import IntegrityError
+    with pytest.raises(IntegrityError):   # foreign keys are enforced again after migrating
+        with store.write() as conn:
+            repo.new_view(conn, "urn:uuid:nobody", "http://p", 2.0)
     store.dispose()
 
 

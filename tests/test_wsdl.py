@@ -26,11 +26,12 @@ def test_zeep_loads_it_with_every_operation(tmp_path):
     client = zeep.Client(str(served_copy(tmp_path)))
     portal = client.bind("PortalService", "PortalPort")
     for op in ("create", "lookup", "rebind", "GetResourceProperty", "QueryResourceProperties",
-               "Subscribe", "GetCurrentMessage"):
+               "Subscribe", "GetCurrentMessage", "Destroy", "SetTerminationTime"):
         assert hasattr(portal, op)
     app = client.bind("ApplicationService", "ApplicationPort")
-    for op in ("initialize", "run", "ping", "resolve", "terminate", "destroy", "Destroy",
-               "SetTerminationTime", "GetResourcePropertyDocument", "Subscribe", "GetCurrentMessage"):
+    for op in ("initialize", "run", "ping", "resolve", "terminate", "destroy", "DestroyView",
+               "SetTerminationTime", "scheduleTermination", "GetResourcePropertyDocument",
+               "Subscribe", "GetCurrentMessage"):
         assert hasattr(app, op)
     manager = client.bind("SubscriptionManagerService", "SubscriptionManagerPort")
     for op in ("Renew", "Unsubscribe", "PauseSubscription", "ResumeSubscription", "Destroy",
@@ -50,6 +51,16 @@ def test_xmlschema_loads_the_wsdl_and_the_api_schema(tmp_path):
         assert name in schema.elements
 
 
+def test_no_two_operations_of_a_port_type_differ_only_in_case():
+    """Generated clients lower-case the first letter (JAX-WS) or ignore case (.NET, VB):
+    destroy and wsrf-rl:Destroy on one port type became one method."""
+    from lxml import etree
+    W = "http://schemas.xmlsoap.org/wsdl/"
+    for port_type in etree.parse(str(WSDL)).iterfind("{%s}portType" % W):
+        names = [op.get("name").lower() for op in port_type.iterfind("{%s}operation" % W)]
+        assert len(names) == len(set(names)), (port_type.get("name"), names)
+
+
 def test_every_operation_has_an_action_and_a_binding():
     from lxml import etree
     doc = etree.parse(str(WSDL))
@@ -59,3 +70,18 @@ def test_every_operation_has_an_action_and_a_binding():
     assert port_ops == bound
     for io in doc.iterfind(".//{%s}portType/{%s}operation/*" % (W, W)):
         assert io.get("{%s}Action" % ns.WSAM), etree.tostring(io)
+
+
+def test_python_m_zeep_prints_the_served_wsdl(live_portal):
+    """``python -m zeep URL?wsdl``, the usual first look at a WSDL, prints every type and
+    operation; it used to crash on wsrf-bf:ErrorCode (a mixed extension of xs:anyType)."""
+    import subprocess
+    import sys
+    lp = live_portal()
+    done = subprocess.run([sys.executable, "-m", "zeep", lp.url + "?wsdl"], capture_output=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    text = done.stdout.decode()
+    fault = next(line for line in text.splitlines() if ":NotUnderstoodFault(" in line)
+    assert "ErrorCode: {_value_1: ANY[], dialect: xsd:anyURI" in fault
+    assert "create(name: " in text and "Renew(TerminationTime" in text

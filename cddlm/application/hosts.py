@@ -19,6 +19,8 @@ class Host:
     agent: str = "local"
     capacity: dict = field(default_factory=dict, hash=False, compare=False)
     workdir: str | None = None   # a local host's directory (default HOSTS_DIR/NAME)
+    # the providers below the host (NUMA nodes, devices): name -> capacity, in document order
+    providers: dict = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def local(self) -> bool:
@@ -52,7 +54,8 @@ class Hosts:
                     raise BadArgument("host %s appears twice in the datacenter" % name)
                 found[name] = Host(name, str(node.get("agent") or "local"),
                                    dict(node.get("capacity") or {}),
-                                   str(node["workdir"]) if node.get("workdir") else None)
+                                   str(node["workdir"]) if node.get("workdir") else None,
+                                   _providers_below(node))
                 return
             for child in node.get("children") or []:
                 visit(child, depth + 1)
@@ -68,15 +71,29 @@ class Hosts:
 
     def implicit_datacenter(self, dimensions: set[str] = frozenset()) -> dict:
         """The datacenter a portal without ``--datacenter`` stands for: its hosts at one level,
-        with no capacity limit in any dimension a descriptor mentions."""
+        with no capacity limit in any dimension a descriptor mentions, on one network (they
+        all run on this machine: each reaches the others through loopback)."""
         resources = sorted(set(dimensions) | {"slots"})
         unbounded = {d: 1e15 for d in resources}
         return {"resources": resources, "levels": ["host"],
                 "location": [{"name": h.name, "level": "host", "agent": h.agent,
-                              "capacity": dict(unbounded)} for h in self.hosts.values()]}
+                              "capacity": dict(unbounded)} for h in self.hosts.values()],
+                "network": {"name": "loopback",
+                            "children": [{"host": h.name} for h in self.hosts.values()]}}
 
     def __contains__(self, name: str) -> bool:
         return name in self.hosts
 
     def names(self) -> list[str]:
         return list(self.hosts)
+
+
+def _providers_below(host: dict) -> dict:
+    out, stack = {}, list(reversed(host.get("children") or []))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if node.get("capacity"):
+                out[str(node.get("name"))] = dict(node["capacity"])
+            stack.extend(reversed(node.get("children") or []))
+    return out

@@ -11,7 +11,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import bindparam, delete, func, insert, select, update
+from sqlalchemy import bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
 
 from cddlm import ns
@@ -56,7 +56,8 @@ class App:
     placement = _Json(None)
     SIMPLE = ("id", "name", "hostname", "state", "desired", "generation", "state_info", "created",
               "started", "terminated", "termination_time", "language", "descriptor_digest",
-              "client_token", "request_digest", "init_token", "event_seq")
+              "client_token", "request_digest", "init_token", "event_seq",
+              "view_termination_time")   # the last: only when read through a view
 
     def __init__(self, mapping: dict):
         self._raw = mapping
@@ -73,6 +74,7 @@ class View:
     id: str
     app_id: str
     portal: str
+    termination_time: float | None = None    # WS-RL: the view (not the application) ends then
 
 
 @dataclass
@@ -114,14 +116,19 @@ APP_COLUMNS = [c for c in applications.c if c.name != "descriptor"]
 _SELECT_APP = select(*APP_COLUMNS)
 _GET_APP = _SELECT_APP.where(applications.c.id == bindparam("app_id"))
 _LOCK_APP = _GET_APP.with_for_update()
-_APP_BY_NAME = _SELECT_APP.where(applications.c.name == bindparam("name"))
+# the live application of that name, else the newest terminated one
+_APP_BY_NAME = _SELECT_APP.where(applications.c.name == bindparam("name")).order_by(
+    (applications.c.state == lifecycle.TERMINATED).asc(), applications.c.created.desc()).limit(1)
 _APP_BY_TOKEN = _SELECT_APP.where(applications.c.client_token == bindparam("token"))
 _INSERT_APP = insert(applications)
 _UPDATE_APP = update(applications).where(applications.c.id == bindparam("_app_id"))
 _INSERT_VIEW = insert(views)
-_GET_VIEW = select(views.c.id, views.c.app_id, views.c.portal).where(views.c.id == bindparam("view"))
-_VIEW_FOR = (select(views.c.id, views.c.app_id, views.c.portal)
-             .where(views.c.app_id == bindparam("app_id"), views.c.portal == bindparam("portal"))
+_VIEW_COLUMNS = (views.c.id, views.c.app_id, views.c.portal, views.c.termination_time)
+_LIVE_VIEW = or_(views.c.termination_time.is_(None), views.c.termination_time > bindparam("now"))
+_GET_VIEW = select(*_VIEW_COLUMNS).where(views.c.id == bindparam("view"))
+_VIEW_FOR = (select(*_VIEW_COLUMNS)
+             .where(views.c.app_id == bindparam("app_id"), views.c.portal == bindparam("portal"),
+                    _LIVE_VIEW)
              .order_by(views.c.created).limit(1))
 _INSERT_HISTORY = insert(history)
 _INSERT_EVENT = insert(events)
@@ -144,9 +151,10 @@ def get_app(conn: Connection, app_id: str) -> App | None:
     return App.from_row(row) if row else None
 
 
-_APP_BY_VIEW = (select(*APP_COLUMNS, views.c.app_id.label("view_app"))
+_APP_BY_VIEW = (select(*APP_COLUMNS, views.c.app_id.label("view_app"),
+                       views.c.termination_time.label("view_termination_time"))
                 .select_from(views.join(applications, applications.c.id == views.c.app_id))
-                .where(views.c.id == bindparam("view")))
+                .where(views.c.id == bindparam("view"), _LIVE_VIEW))
 
 
 def lock_app(conn: Connection, app_id: str) -> App | None:
@@ -158,9 +166,10 @@ def lock_app(conn: Connection, app_id: str) -> App | None:
     return App.from_row(row) if row else None
 
 
-def app_by_view(conn: Connection, view_id: str) -> App | None:
-    """The application a view names (one indexed join; the hot path of every app request)."""
-    row = conn.execute(_APP_BY_VIEW, {"view": view_id}).first()
+def app_by_view(conn: Connection, view_id: str, now: float) -> App | None:
+    """The application a live view names (one indexed join; the hot path of every app
+    request); ``view_termination_time`` on it is the view's own termination time."""
+    row = conn.execute(_APP_BY_VIEW, {"view": view_id, "now": now}).first()
     return App.from_row(row) if row else None
 
 
@@ -222,26 +231,28 @@ def new_view(conn: Connection, app_id: str, portal: str, now: float) -> View:
 
 
 def get_view(conn: Connection, view_id: str) -> View | None:
+    """A view, live or past its termination time (``expire_views`` removes those)."""
     row = conn.execute(_GET_VIEW, {"view": view_id}).first()
     return View(*row) if row else None
 
 
-def view_for(conn: Connection, app_id: str, portal: str) -> View | None:
-    row = conn.execute(_VIEW_FOR, {"app_id": app_id, "portal": portal}).first()
+def view_for(conn: Connection, app_id: str, portal: str, now: float) -> View | None:
+    """The oldest live view of the application through ``portal``."""
+    row = conn.execute(_VIEW_FOR, {"app_id": app_id, "portal": portal, "now": now}).first()
     return View(*row) if row else None
 
 
-def all_views(conn: Connection, portal: str) -> list[tuple[str, View | None]]:
-    """Every application with its oldest view through ``portal`` (None when it has none)."""
+def all_views(conn: Connection, portal: str, now: float) -> list[tuple[str, View | None]]:
+    """Every application with its oldest live view through ``portal`` (None when it has none)."""
     first = (select(views.c.app_id, func.min(views.c.created).label("created"))
-             .where(views.c.portal == portal).group_by(views.c.app_id).subquery())
+             .where(views.c.portal == portal, _LIVE_VIEW).group_by(views.c.app_id).subquery())
     rows = conn.execute(
         select(applications.c.id, views.c.id, views.c.portal)
         .select_from(applications.outerjoin(first, first.c.app_id == applications.c.id)
                      .outerjoin(views, (views.c.app_id == first.c.app_id)
                                 & (views.c.created == first.c.created)
                                 & (views.c.portal == portal)))
-        .order_by(applications.c.created, applications.c.id))
+        .order_by(applications.c.created, applications.c.id), {"now": now})
     seen: dict[str, View | None] = {}
     for app_id, view_id, view_portal in rows:
         if app_id not in seen or seen[app_id] is None:
@@ -251,6 +262,16 @@ def all_views(conn: Connection, portal: str) -> list[tuple[str, View | None]]:
 
 def delete_view(conn: Connection, view_id: str) -> int:
     return conn.execute(delete(views).where(views.c.id == view_id)).rowcount
+
+
+def set_view_termination(conn: Connection, view_id: str, when: float | None) -> int:
+    return conn.execute(update(views).where(views.c.id == view_id)
+                        .values(termination_time=when)).rowcount
+
+
+def expire_views(conn: Connection, now: float) -> int:
+    """Remove the views whose termination time has passed (their applications go on)."""
+    return conn.execute(delete(views).where(views.c.termination_time <= now)).rowcount
 
 
 # -- lifecycle --------------------------------------------------------------------------------

@@ -142,11 +142,36 @@ class Store:
 
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
+        if self.is_sqlite:
+            self._migrate_sqlite(cfg)
+            return
         with self.write() as conn:
-            if not self.is_sqlite:
-                conn.execute(text("SELECT pg_advisory_xact_lock(4242001)"))
+            conn.execute(text("SELECT pg_advisory_xact_lock(4242001)"))
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
+
+    def _migrate_sqlite(self, cfg) -> None:
+        """SQLite cannot drop a constraint, so a migration may rebuild a table (copy, drop,
+        rename); with foreign keys on, dropping the old table would delete its children's
+        rows (ON DELETE CASCADE). They are off while migrating, and checked afterwards."""
+        from alembic import command
+        assert self._write_lock is not None
+        with self._write_lock, self._translate(), self.engine.connect() as conn:
+            conn.execution_options(cddlm_single=True).exec_driver_sql("PRAGMA foreign_keys=OFF")
+            conn.commit()
+            try:
+                conn.execution_options(cddlm_single=False, cddlm_write=True)
+                with conn.begin():
+                    cfg.attributes["connection"] = conn
+                    command.upgrade(cfg, "head")
+                    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+                    if broken:
+                        raise StoreUnavailable("the schema migration left rows without their "
+                                               "parents: %s" % broken[:5])
+            finally:
+                conn.execution_options(cddlm_single=True, cddlm_write=False)
+                conn.exec_driver_sql("PRAGMA foreign_keys=ON")
+                conn.commit()
 
     def dispose(self) -> None:
         conn = getattr(self._local, "conn", None)

@@ -20,7 +20,7 @@ metadata = MetaData(naming_convention={
 applications = Table(
     "applications", metadata,
     Column("id", String(64), primary_key=True),            # urn:uuid:...
-    Column("name", String(256), nullable=True, unique=True),
+    Column("name", String(256), nullable=True),             # unique among live ones (below)
     Column("hostname", String(256), nullable=True),
     Column("state", String(16), nullable=False),            # observed lifecycle state
     Column("desired", String(16), nullable=False),          # last intent: instantiated..terminated
@@ -44,6 +44,12 @@ applications = Table(
     Column("event_seq", Integer, nullable=False, default=0),    # last lifecycle event sequence
 )
 Index("ix_applications_termination_time", applications.c.termination_time)
+# A name is held while its application lives: once terminated, the name may be used again
+# (lookup by name finds the live one, else the newest terminated one).
+_LIVE = applications.c.state != "terminated"
+Index("ix_applications_live_name", applications.c.name, unique=True,
+      sqlite_where=_LIVE, postgresql_where=_LIVE)
+Index("ix_applications_name", applications.c.name)
 
 views = Table(
     "views", metadata,
@@ -51,6 +57,7 @@ views = Table(
     Column("app_id", String(64), ForeignKey("applications.id", ondelete="CASCADE"), nullable=False),
     Column("portal", String(512), nullable=False),           # base URL the view is bound to
     Column("created", Float, nullable=False),
+    Column("termination_time", Float, nullable=True),        # WS-RL: the view ends then
 )
 Index("ix_views_app_id", views.c.app_id)
 

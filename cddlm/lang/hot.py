@@ -78,6 +78,7 @@ class _Hot:
 
     def resolve(self, request: ResolveRequest) -> Resolution:
         template = Template(request)
+        template.grouping.check_refused()
         return Resolution(template.deployment, template.display, tuple(sorted(template.used)))
 
 
@@ -123,7 +124,7 @@ class Template:
         self.deployment.groups = grouping.groups
         self.deployment.policies = grouping.policies
         self.applications = grouping.applications
-        self.ignored = grouping.ignored
+        self.grouping = grouping
 
     # -- resources -----------------------------------------------------------------------------
     def read_resources(self, section: Any) -> dict[str, Resource]:
@@ -283,8 +284,6 @@ class Template:
         out["policies"] = [p.to_json() for p in self.deployment.policies]
         out["applications"] = [{"type": a.type, "hard": a.hard, "members": list(a.members),
                                 **dict(a.params)} for a in self.applications]
-        if self.ignored:
-            out["not_enforced"] = self.ignored
         return yaml.safe_dump(out, sort_keys=False, default_flow_style=False)
 
 

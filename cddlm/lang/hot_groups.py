@@ -25,8 +25,10 @@ only to volumes; an attachment is no component and covers nothing.
 ``applications`` lists every primitive application; the model gets the same, compactly: a
 group-level policy when the group's pairs are all its members' pairs, ``between`` per pair
 of direct members otherwise, and a derived group (``NAME~compute``) holding only the relevant
-members when a group covers irrelevant ones. Types the portal does not enforce (network and
-volume policies) are expanded and listed in ``ignored``, not handed to the solver.
+members when a group covers irrelevant ones. Policies the solver does not place by are
+expanded too and then: volume-exclusive is checked here (a covered volume has at most one
+attachment), volume-not-moved holds by construction (placed components never move), and
+endpoint-access is listed in ``refused``: resolving the template fails on it.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ class Grouping:
         self.derived: dict[str, Group] = {}
         self.policies: list[Policy] = []
         self.applications: list[policies.Application] = []
-        self.ignored: list[str] = []
+        self.refused: list[tuple[str, _Spec]] = []   # (what, spec) of policies no one enforces
         self.leaf_cache: dict[Member, list[tuple[str, str]]] = {}
         self.kinds = {r.path: r.kind for r in resources.values() if r.path}
 
@@ -250,18 +252,41 @@ class Grouping:
                members: Callable[[], dict] = dict) -> None:
         """Add the applications; hand an enforced policy to the solver with ``members()``, the
         model's names for what it applies to."""
-        self.applications += policies.applications(spec.type, spec.hard, spec.params,
-                                                   list(sides), group_wide)
-        if not spec.type.enforced:
-            note = "%s on %s (%s)" % (spec.type.name, what, spec.where)
-            if note not in self.ignored:
-                self.ignored.append(note)
+        applied = policies.applications(spec.type, spec.hard, spec.params, list(sides), group_wide)
+        self.applications += applied
+        if spec.type.enforced == "refused":
+            self.refused.append((what, spec))
+            return
+        if spec.type.enforced == "template":
+            self.check_exclusive(spec, [a.members[0] for a in applied])
+            return
+        if spec.type.enforced == "construction":
             return
         members = members()
         if any(v is None or (isinstance(v, list) and None in v) for v in members.values()):
             return   # nothing relevant on one side
         self.policies.append(Policy(spec.type.name, spec.hard, spec.weight,
                                     {**spec.params, **members}, spec.name, "line %s" % spec.line))
+
+    def check_exclusive(self, spec: _Spec, volumes: list[str]) -> None:
+        """volume-exclusive: each volume it covers is attached to one server at most. The
+        template alone decides it, so soft or hard, a template that breaks it is refused."""
+        by_path = {r.path: r.name for r in self.resources.values() if r.path}
+        for path in volumes:
+            servers = [r.attached[0] for r in self.resources.values()
+                       if r.attached is not None and r.attached[1] == by_path.get(path)]
+            if len(servers) > 1:
+                raise error("volume-exclusive: volume %s is attached to %d servers (%s)"
+                            % (by_path[path], len(servers), ", ".join(sorted(servers))),
+                            spec.where, spec.line, "policy-violated")
+
+    def check_refused(self) -> None:
+        """Resolving (not merely expanding) a template that uses a policy no one enforces fails."""
+        if self.refused:
+            what, spec = self.refused[0]
+            raise error("policy %s on %s is %s" % (spec.type.name, what,
+                                                   policies.UNSUPPORTED["refused"]),
+                        spec.where, spec.line, "unsupported-policy")
 
     def on_group(self, spec: _Spec, group: _Group) -> None:
         ptype, member = spec.type, ("group", group.id)

@@ -38,7 +38,10 @@ class PolicyType:
     params: dict[str, str]          # parameter -> str | int | number | list
     required: tuple[str, ...] = ()
     one_of: tuple[str, ...] = ()    # exactly one of these must be given
-    enforced: bool = True           # False: understood, expanded, not handed to the solver
+    # how the portal honours it: "solver" (placement), "template" (checked when the template
+    # resolves), "construction" (the portal never does what it forbids) or "refused" (it
+    # cannot: a template using it is a DescriptorFault, never accepted and ignored)
+    enforced: str = "solver"
 
 
 _SCOPE = {"scope": "str", "identifier": "str"}
@@ -58,16 +61,24 @@ CATALOG: dict[str, PolicyType] = {t.name: t for t in [
     PolicyType("license", "monadic", "compute", {"catalog": "str", "product": "str"},
                ("catalog", "product")),
     PolicyType("root-traits", "monadic", "placed", {"required": "list", "forbidden": "list"}),
-    # In the Heat extension's catalog but meaningless for this portal's placement: networks are
-    # not configured and volumes are files on the host. Expanded (``hot.expand_pairs``), not enforced.
-    PolicyType("reachability", "symmetric", "compute", {}, enforced=False),
+    # the network and volume policies of the Heat extension: reachability is a placement
+    # policy (the hosts are connected by the network tree); a volume (a file on its host) may
+    # be exclusive to one server, which the template shows; the portal never moves a placed
+    # component, so volume-not-moved always holds; it configures no network access rules, so
+    # endpoint-access is refused
+    PolicyType("reachability", "symmetric", "compute", {}),
     PolicyType("endpoint-access", "asymmetric", "compute",
-               {"protocols": "list", "endpoints": "list"}, enforced=False),
-    PolicyType("volume-exclusive", "monadic", "volume", {}, enforced=False),
-    PolicyType("volume-not-moved", "monadic", "volume", {}, enforced=False),
+               {"protocols": "list", "endpoints": "list"}, enforced="refused"),
+    PolicyType("volume-exclusive", "monadic", "volume", {}, enforced="template"),
+    PolicyType("volume-not-moved", "monadic", "volume", {}, enforced="construction"),
 ]}
 
 MEMBER_PARAMS = ("group", "between", "groups")
+UNSUPPORTED = {   # why a policy type cannot be written in CDL or the native language
+    "refused": "not enforced by this portal: it configures no network access rules",
+    "template": "about HOT volumes and their attachments, which only HOT templates have",
+    "construction": "about HOT volumes, which only HOT templates have",
+}
 
 
 def relevant(policy: PolicyType, kind: str) -> bool:
@@ -149,8 +160,8 @@ def from_attributes(attrib: dict[str, str], *, source: str | None,
     if ptype is None:
         raise error("unknown policy type %r (known: %s)" % (type_name, ", ".join(CATALOG)),
                     "unknown-policy")
-    if not ptype.enforced:
-        raise error("policy %s is not enforced by this portal" % type_name, "unknown-policy")
+    if ptype.enforced != "solver":
+        raise error("policy %s is %s" % (type_name, UNSUPPORTED[ptype.enforced]), "unsupported-policy")
     hard_text = raw.pop("hard", "true").strip()
     if hard_text not in ("true", "1", "false", "0"):
         raise error("hard must be true or false, not %r" % hard_text, "invalid-policy")

@@ -27,10 +27,11 @@ from urllib.parse import urlsplit
 from lxml import etree
 
 from cddlm import wsa, xmlsafe
+from cddlm.application.repository import PORTAL_PRODUCER
 from cddlm.application.store import Store
 from cddlm.config import Settings
 from cddlm.errors import StoreUnavailable
-from cddlm.notify import messages, outbox, topics
+from cddlm.notify import messages, outbox, records, topics
 from cddlm.notify.outbound import Sender
 
 log = logging.getLogger(__name__)
@@ -60,10 +61,14 @@ class _Bounded(OrderedDict):
 
 class Delivery:
     def __init__(self, store: Store, settings: Settings, owner: str, *,
-                 clock: Callable[[], float] = time.time, sender: Sender | None = None):
+                 clock: Callable[[], float] = time.time, sender: Sender | None = None,
+                 portal_url: Callable[[], str] | None = None):
         self.store = store
         self.settings = settings
         self.owner = owner
+        # the base URL of the portal delivering: its Notify requests name its own manager and
+        # application views (None: the portal each subscription was made through)
+        self.portal_url = portal_url
         self.clock = clock
         self.sender = sender or Sender(settings)
         self.workers = max(1, settings.delivery_workers)
@@ -74,7 +79,7 @@ class Delivery:
         self._stop = threading.Event()
         self._results: queue.SimpleQueue[outbox.Outcome] = queue.SimpleQueue()
         self._in_flight: dict[str, int] = {}
-        self._heads = _Bounded(4096)          # sub id -> (Route, head bytes)
+        self._heads = _Bounded(4096)          # (sub id, portal, view) -> (Route, head bytes)
         self._payloads = _Bounded(16384)      # event id -> payload bytes
         self._filters = _Bounded(4096)        # sub id -> MessageFilter
         self._thread: threading.Thread | None = None
@@ -181,16 +186,35 @@ class Delivery:
             wanted = {i for b in batches for i in b.events}
             payloads = {i: self._payloads[i] for i in wanted if i in self._payloads}
             loaded = outbox.load_events(conn, sorted(wanted - payloads.keys())) if batches else {}
+            names = self._names(conn, batches, now)
         self._pending_outcomes = []
         for event in loaded.values():        # each message serialized once for every subscriber
             payloads[event.id] = self._payloads.put(event.id, _payload_bytes(event))
         for batch in batches:
-            self._submit(batch, [payloads[i] for i in batch.events])
+            self._submit(batch, [payloads[i] for i in batch.events], *names[batch.sub_id])
         # go on at once while there is more to do; else sleep until woken (or the next poll)
         return 0.0 if fanned >= FAN_OUT_LIMIT or batches else self.settings.delivery_poll_interval
 
-    def _submit(self, batch: outbox.Batch, payloads: list[bytes]) -> None:
-        route, head = self._heads.get_or(batch.sub_id, lambda: self._route(batch))
+    def _names(self, conn, batches: list[outbox.Batch], now: float) -> dict[str, tuple]:
+        """Per claimed subscription, (portal, view) its Notify names: this portal and the view
+        ``records.view_to_name`` chooses, or without ``portal_url`` the subscription's own."""
+        me = self.portal_url() if self.portal_url is not None else None
+        views: dict[tuple, str | None] = {}
+        out = {}
+        for b in batches:
+            if me is None or b.producer == PORTAL_PRODUCER:
+                out[b.sub_id] = (me or b.portal, b.view)
+                continue
+            key = (b.producer, b.view)
+            if key not in views:
+                views[key] = records.view_to_name(conn, b.producer, b.view, me, now)
+            out[b.sub_id] = (me, views[key])
+        return out
+
+    def _submit(self, batch: outbox.Batch, payloads: list[bytes], portal: str,
+                view: str | None) -> None:
+        route, head = self._heads.get_or((batch.sub_id, portal, view),
+                                         lambda: self._route(batch, portal, view))
         request = messages.notify_request(route, head, payloads)
         host = _host(batch.address)
         self._in_flight[host] = self._in_flight.get(host, 0) + 1
@@ -208,10 +232,9 @@ class Delivery:
         self._results.put(outbox.Outcome(batch, started, error))
         self._wake.set()
 
-    def _route(self, batch: outbox.Batch):
+    def _route(self, batch: outbox.Batch, portal: str, view: str | None):
         consumer = wsa.parse_epr(xmlsafe.parse(batch.consumer.encode("utf-8"))) or wsa.Reference(batch.address)
-        route = messages.Route(batch.sub_id, batch.portal, batch.producer, batch.view, batch.topic,
-                               consumer)
+        route = messages.Route(batch.sub_id, portal, batch.producer, view, batch.topic, consumer)
         return route, route.head()
 
     def _matcher(self) -> Callable[[str, str | None, outbox.Event], bool]:

@@ -39,7 +39,9 @@ def _sub(parent: etree._Element, local: str, value: object) -> etree._Element:
 
 
 def termination_info(info: dict) -> etree._Element:
-    """``api:terminationInfo`` from the recorded dict (events, ping, resource properties)."""
+    """``api:terminationInfo`` from the recorded dict (events, ping, resource properties);
+    an abnormal end carries its fault (spec 5.2: message, fault, any), an
+    ``api:DeploymentFault`` whose Timestamp is the failure's time and Description its reason."""
     el = etree.Element(A + "terminationInfo", nsmap={"api": ns.API})
     _sub(el, "normal", "true" if info.get("normal") else "false")
     for key in ("reason", "component", "exitCode", "signal"):
@@ -49,6 +51,14 @@ def termination_info(info: dict) -> etree._Element:
         _sub(el, "time", format_datetime(float(info["time"])))
     if info.get("stderr"):
         _sub(el, "stderr", info["stderr"])
+    if not info.get("normal"):
+        fault = etree.SubElement(_sub(el, "fault", None), A + "DeploymentFault",
+                                 nsmap={"wsrf-bf": ns.WSRF_BF})
+        bf = "{%s}" % ns.WSRF_BF
+        etree.SubElement(fault, bf + "Timestamp").text = format_datetime(
+            float(info["time"]) if info.get("time") is not None else 0.0)
+        etree.SubElement(fault, bf + "Description").text = clean(
+            info.get("reason") or "the application failed")
     return el
 
 

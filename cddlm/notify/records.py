@@ -117,6 +117,26 @@ def producer_gone(conn: Connection, app_id: str) -> None:
                  .values(status=ENDED))
 
 
+def view_to_name(conn: Connection, app_id: str, recorded: str | None, portal: str,
+                 now: float) -> str | None:
+    """The application view a notification delivered by ``portal`` names (spec 6.3: when the
+    subscriber's portal changes, so do the EPRs in its notifications): the view the
+    subscription was made through when it is live and on ``portal``, else ``portal``'s own
+    view of the application (made now if it has none). A destroyed application's last events
+    name the view they were made through."""
+    if recorded:
+        view = repo.get_view(conn, recorded)
+        if view is not None and view.portal == portal and (
+                view.termination_time is None or view.termination_time > now):
+            return recorded
+    view = repo.view_for(conn, app_id, portal, now)
+    if view is not None:
+        return view.id
+    if repo.get_app(conn, app_id) is None:
+        return recorded
+    return repo.new_view(conn, app_id, portal, now).id
+
+
 def latest_event(conn: Connection, producer: str, topic: str) -> dict | None:
     row = conn.execute(select(events.c.message).where(events.c.producer == producer,
                                                       events.c.topic == topic)

@@ -105,12 +105,23 @@ def parse_filter(holder: etree._Element | None, kind: str, sample: etree._Elemen
 
 def topic_element(tag: str, topic: str) -> etree._Element:
     """A Simple-dialect topic expression naming ``topic`` (prefix ``api`` declared on it):
-    a Notify's Topic, a Subscribe's TopicExpression, the producers' wsnt:Topic property."""
+    a Notify's Topic, a Subscribe's TopicExpression, the producers' wsnt:TopicExpression
+    property."""
     qn = etree.QName(topic)
     el = etree.Element(tag, nsmap={"wsnt": ns.WSNT, "api": qn.namespace})
     el.set("Dialect", ns.TOPIC_SIMPLE)
     el.text = "api:" + qn.localname
     return el
+
+
+def topic_set(topic: str) -> etree._Element:
+    """The producer's ``wstop:TopicSet`` document: its one root topic, an element of the
+    topic's QName marked ``wstop:topic="true"`` (WS-Topics 1.3, section 6.1)."""
+    qn = etree.QName(topic)
+    holder = etree.Element("{%s}TopicSet" % ns.WSTOP, nsmap={"wstop": ns.WSTOP})
+    el = etree.SubElement(holder, topic, nsmap={"api": qn.namespace})
+    el.set("{%s}topic" % ns.WSTOP, "true")
+    return holder
 
 
 def implied_filter(topic: str) -> str:

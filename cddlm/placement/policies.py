@@ -8,7 +8,8 @@ constrains. Every policy is hard (default) or soft with a positive ``weight``.
 | llmn | ``group``, ``l1``, ``l2``, ``n`` | members: >= n l1 vertices, <= ceil(M/n) each, <= 1 per l2 vertex |
 | affinity, anti-affinity, soft-affinity, soft-anti-affinity | ``group``, ``scope`` (host), ``identifier`` | all member pairs; an identifier confines affinity to one aggregate |
 | same-subtree | ``groups``, ``level`` | members of all the groups under one vertex |
-| hop-limit | ``between`` (or ``group``), ``hops`` | pairs: network path <= hops edges |
+| hop-limit | ``between`` (or ``group``), ``hops`` | pairs: network path <= hops edges (0: one host, no tree needed) |
+| reachability | ``between`` (or ``group``) | pairs: connected by the network tree |
 | bandwidth | ``between`` (or ``group``), ``mbps`` | pairs: reserve mbps on every edge of the path |
 | license | ``group``, ``catalog``, ``product`` | members: host has trait LICENSE:catalog:product |
 | root-traits | ``group``, ``required``, ``forbidden`` | members: traits of the host above the provider |
@@ -40,11 +41,12 @@ PARAMS = {
     "anti-affinity": ("group", "scope", "identifier"),
     "same-subtree": ("groups", "level"),
     "hop-limit": ("group", "between", "hops"),
+    "reachability": ("group", "between"),
     "bandwidth": ("group", "between", "mbps"),
     "license": ("group", "catalog", "product"),
     "root-traits": ("group", "required", "forbidden"),
 }
-PAIRWISE = ("collocation", "anti-collocation", "hop-limit", "bandwidth")
+PAIRWISE = ("collocation", "anti-collocation", "hop-limit", "reachability", "bandwidth")
 
 
 @dataclass
@@ -233,10 +235,27 @@ def _load_same_subtree(policy, raw, where, dc, groups, types, tenant):
 
 
 def _load_hops(policy, raw, where, dc, groups, types, tenant):
-    if dc.network is None:
-        raise BadArgument("%s: the datacenter has no network tree" % where)
+    hops = integer(raw.get("hops"), where + ": hops")
     _dyadic(policy, raw, where, groups, types)
-    policy.params["hops"] = integer(raw.get("hops"), where + ": hops")
+    if hops == 0:
+        # 0 hops is the same host, with or without a network tree: a collocation in the host
+        # scope (written, audited and named in conflicts as the hop-limit it is)
+        policy.type, policy.partition = "collocation", ("scope", "host")
+        return
+    if dc.network is None:
+        raise BadArgument("%s: %d hops need the datacenter's network tree (0 hops, the same "
+                          "host, need none)" % (where, hops))
+    policy.params["hops"] = hops
+
+
+def _load_reachability(policy, raw, where, dc, groups, types, tenant):
+    """Reachability (Heat's OS::NetReachability): the pair's hosts are connected by the
+    network tree (one host reaches itself): a hop limit no path can exceed."""
+    _dyadic(policy, raw, where, groups, types)
+    if dc.network is None:
+        raise BadArgument("%s: reachability needs the datacenter's network tree" % where)
+    policy.type = "hop-limit"
+    policy.params["hops"] = len(dc.network.nodes)
 
 
 def _load_bandwidth(policy, raw, where, dc, groups, types, tenant):
@@ -271,5 +290,6 @@ _LOADERS = {
     "collocation": _load_collocation, "anti-collocation": _load_collocation,
     "llmn": _load_llmn, "affinity": _load_nova, "anti-affinity": _load_nova,
     "same-subtree": _load_same_subtree, "hop-limit": _load_hops, "bandwidth": _load_bandwidth,
+    "reachability": _load_reachability,
     "license": _load_license, "root-traits": _load_root_traits,
 }

@@ -86,6 +86,9 @@ FAULTS: dict[type, FaultKind] = {
     errors.InvalidQueryExpression: FaultKind("{%s}InvalidQueryExpressionFault" % RP, "Client"),
     errors.QueryEvaluationError: FaultKind("{%s}QueryEvaluationErrorFault" % RP, "Client"),
     errors.UnableToSetTerminationTime: FaultKind("{%s}UnableToSetTerminationTimeFault" % RL, "Client"),
+    errors.TerminationTimeChangeRejected: FaultKind("{%s}TerminationTimeChangeRejectedFault" % RL,
+                                                    "Client"),
+    errors.ResourceNotDestroyed: FaultKind("{%s}ResourceNotDestroyedFault" % RL, "Client"),
     errors.DeploymentFailed: FaultKind("{%s}DeploymentFault" % API, "Server"),
     errors.RemoteFault: FaultKind("{%s}RemoteFault" % API, "Server", extra=_remote),
     errors.StoreUnavailable: FaultKind("{%s}ResourceUnavailableFault" % R, "Server"),
@@ -134,6 +137,14 @@ class SoapFault(Fault):
 
 
 def to_fault(exc: BaseException) -> SoapFault:
+    if isinstance(exc, errors.AddressingError):
+        # WS-Addressing 1.0 SOAP binding, SOAP 1.1: the most specific fault code as faultcode,
+        # the problem header in the detail; no BaseFault (the fault is WS-Addressing's)
+        holder = None
+        if exc.header:
+            holder = etree.Element("{%s}ProblemHeaderQName" % ns.WSA, nsmap={"wsa": ns.WSA})
+            holder.text = etree.QName(exc.header)
+        return SoapFault("{%s}%s" % (ns.WSA, exc.subcode), exc.message, holder, ns.WSA + "/fault")
     if isinstance(exc, errors.CddlmError):
         kind = kind_of(exc)
         return SoapFault(kind.code, str(exc), detail(exc), kind.action)

@@ -16,7 +16,8 @@ from cddlm import __version__, ns, wsa
 from cddlm.application import options as opts
 from cddlm.application.repository import PORTAL_PRODUCER, App
 from cddlm.application.service import Service
-from cddlm.errors import BadArgument, ResourceUnknown
+from cddlm.errors import (BadArgument, ResourceNotDestroyed, ResourceUnknown,
+                          TerminationTimeChangeRejected)
 from cddlm.lang import registry
 from cddlm.notify import topics
 from cddlm.notify.messages import portal_address, termination_info
@@ -40,6 +41,7 @@ def _q(namespace: str, local: str) -> str:
 
 
 def producer_properties(topic: str) -> dict[str, rp.Builder]:
+    """WS-BaseNotification's NotificationProducerRP for a producer of one topic."""
     def fixed() -> list[etree._Element]:
         el = etree.Element(_q(WSNT, "FixedTopicSet"), nsmap={"wsnt": WSNT})
         el.text = "true"
@@ -53,9 +55,11 @@ def producer_properties(topic: str) -> dict[str, rp.Builder]:
             out.append(el)
         return out
 
-    return {_q(WSNT, "Topic"): lambda: [topics.topic_element(_q(WSNT, "Topic"), topic)],
+    return {_q(WSNT, "TopicExpression"):
+            lambda: [topics.topic_element(_q(WSNT, "TopicExpression"), topic)],
             _q(WSNT, "FixedTopicSet"): fixed,
-            _q(WSNT, "TopicExpressionDialect"): dialects}
+            _q(WSNT, "TopicExpressionDialect"): dialects,
+            _q(ns.WSTOP, "TopicSet"): lambda: [topics.topic_set(topic)]}
 
 
 class Handlers:
@@ -94,7 +98,23 @@ class Handlers:
                 m.app_reference(v) for v in self.service.applications(req.portal)])],
             **producer_properties(topics.CREATED),
             _q(RL, "CurrentTime"): rp.current_time,
+            _q(RL, "TerminationTime"): lambda: [rp.termination_time(None)],
+            _q(ns.EXT, "portals"): lambda: [self.portals(req.portal)],
         })
+
+    def portals(self, me: str) -> etree._Element:
+        """``ext:portals``: every live portal of the store, its endpoint EPR and times, this
+        one marked ``self``."""
+        ext = "{%s}" % ns.EXT
+        out = etree.Element(ext + "portals", nsmap={"ext": ns.EXT, "wsa": ns.WSA})
+        for p in self.service.portals():
+            el = etree.SubElement(out, ext + "portal")
+            if p["url"].rstrip("/") == me.rstrip("/"):
+                el.set("self", "true")
+            el.append(wsa.epr(ext + "reference", portal_address(p["url"])))
+            etree.SubElement(el, ext + "started").text = format_datetime(p["started"])
+            etree.SubElement(el, ext + "heartbeat").text = format_datetime(p["heartbeat"])
+        return out
 
     def static_info(self, portal: str) -> etree._Element:
         info = m.element("staticInfo")
@@ -131,6 +151,11 @@ class Handlers:
             el.set("down", "true" if h["down"] else "false")
             for dim, amount in h["free"].items():
                 m.sub(el, "free", amount).set("resource", dim)
+            for p in h.get("providers", []):     # NUMA nodes and devices below the host
+                below = m.sub(el, "provider")
+                below.set("name", p["name"])
+                for dim, amount in p["free"].items():
+                    m.sub(below, "free", amount).set("resource", dim)
         m.sub(info, "pendingWork", data["pending"])
         m.sub(info, "undeliveredNotifications", data["undelivered"])
         return info
@@ -151,14 +176,14 @@ class Handlers:
 
     # -- application ----------------------------------------------------------------------------
     def app(self, req: Request) -> App:
-        view_id = req.path.strip("/").split("/")[0]
+        view_id = view_of(req)
         if not view_id:
             raise ResourceUnknown("the request names no application (address /cddlm/applications/ID)")
         return self.service.app_for_view(view_id, req.resource_id())
 
     def producer(self, req: Request) -> tuple[str, str]:
         """The application a request to a view names, and the view: a notification producer."""
-        return self.app(req).id, req.path.strip("/").split("/")[0]
+        return self.app(req).id, view_of(req)
 
     def initialize(self, req: Request) -> etree._Element:
         app = self.app(req)
@@ -206,28 +231,41 @@ class Handlers:
         return m.element("resolveResponse", m.value_element("value", value))
 
     def destroy_view(self, req: Request) -> etree._Element:
-        view_id = req.path.strip("/").split("/")[0]
         self.app(req)
-        self.service.destroy_view(view_id)
+        self.service.destroy_view(view_of(req))
         return etree.Element(_q(RL, "DestroyResponse"), nsmap={"wsrf-rl": RL})
 
     def set_termination_time(self, req: Request) -> etree._Element:
+        """WS-RL SetTerminationTime on an application EPR ends that view, not the application
+        (spec 4.3); ``ext:scheduleTermination`` ends the application."""
+        self.app(req)
+        when, now = requested_time(req.body, RL, "RequestedTerminationTime", "RequestedLifetimeDuration")
+        new = self.service.set_view_termination(view_of(req), when)
+        return set_termination_response(new, now)
+
+    def schedule_termination(self, req: Request) -> etree._Element:
+        """``ext:scheduleTermination``: terminate the application at a time (nil: cancel), as
+        the termination-time option does."""
         app = self.app(req)
-        requested = req.body.find(_q(RL, "RequestedTerminationTime"))
-        duration = req.body.find(_q(RL, "RequestedLifetimeDuration"))
-        now = time.time()
-        if requested is not None:
-            when = None if is_nil(requested) else parse_datetime(requested.text or "")
-        elif duration is not None:
-            when = now + parse_duration(duration.text or "")
-        else:
-            raise BadArgument("SetTerminationTime needs RequestedTerminationTime or "
-                              "RequestedLifetimeDuration")
-        new = self.service.set_termination_time(app.id, when)
-        out = etree.Element(_q(RL, "SetTerminationTimeResponse"), nsmap={"wsrf-rl": RL, "xsi": ns.XSI})
-        out.append(rp.termination_time(new, _q(RL, "NewTerminationTime")))
-        etree.SubElement(out, _q(RL, "CurrentTime")).text = format_datetime(now)
+        when, now = requested_time(req.body, ns.EXT, "at", "after")
+        new = self.service.schedule_termination(app.id, when)
+        out = etree.Element(_q(ns.EXT, "scheduleTerminationResponse"), nsmap={"ext": ns.EXT})
+        out.append(rp.termination_time(new, _q(ns.EXT, "scheduledTermination")))
+        etree.SubElement(out, _q(ns.EXT, "currentTime")).text = format_datetime(now)
         return out
+
+    # -- WS-ResourceLifetime on the portal ------------------------------------------------------
+    def destroy_portal(self, req: Request) -> etree._Element:
+        raise ResourceNotDestroyed("the portal endpoint is not destroyed through its API (it lives "
+                                   "as long as its process); wsrf-rl:Destroy applies to "
+                                   "application views and subscriptions")
+
+    def set_portal_termination_time(self, req: Request) -> etree._Element:
+        when, now = requested_time(req.body, RL, "RequestedTerminationTime", "RequestedLifetimeDuration")
+        if when is not None:
+            raise TerminationTimeChangeRejected("the portal has no scheduled termination; only nil "
+                                                "(never) is accepted")
+        return set_termination_response(None, now)
 
     def app_properties(self, req: Request) -> rp.Properties:
         app = self.app(req)
@@ -240,14 +278,17 @@ class Handlers:
             m.q("terminationInfo"): lambda: [termination_info(app.termination_info)]
             if app.termination_info else [],
             m.q("created"): lambda: [m.timestamp("created", app.created)],
-            m.q("started"): lambda: [m.timestamp("started", app.started)] if app.started else [],
+            m.q("started"): lambda: [m.timestamp("started", app.started) if app.started
+                                     else rp.termination_time(None, m.q("started"))],
             m.q("terminated"): lambda: [m.timestamp("terminated", app.terminated)] if app.terminated else [],
             m.q("stateHistory"): lambda: [self.state_history(app)],
             _q(RL, "CurrentTime"): rp.current_time,
-            _q(RL, "TerminationTime"): lambda: [rp.termination_time(app.termination_time)],
+            _q(RL, "TerminationTime"): lambda: [rp.termination_time(app.view_termination_time)],
             **producer_properties(topics.LIFECYCLE),
             _q(ns.EXT, "placementAudit"): lambda: [placement_audit(app.placement.get("audit"))]
             if app.placement and app.placement.get("audit") else [],
+            _q(ns.EXT, "scheduledTermination"): lambda: [
+                rp.termination_time(app.termination_time, _q(ns.EXT, "scheduledTermination"))],
         })
 
     def deployment_info(self, app: App) -> etree._Element:
@@ -274,6 +315,11 @@ class Handlers:
                     c.set("host", where["host"])
                 if where.get("provider"):
                     c.set("provider", where["provider"])
+                for provider, amounts in sorted((where.get("allocations") or {}).items()):
+                    for dim, amount in sorted(amounts.items()):   # what it holds, and where
+                        a = m.sub(c, "allocation", _number(amount))
+                        a.set("provider", provider)
+                        a.set("resource", dim)
         return info
 
     def state_history(self, app: App) -> etree._Element:
@@ -295,6 +341,11 @@ class Handlers:
             m.q("rebindRequest"): Operation(self.rebind, api_action("Portal", "rebind")),
             _q(ns.EXT, "setHostStateRequest"): Operation(self.set_host_state,
                                                            ns.EXT + ":Portal:setHostStateResponse"),
+            _q(RL, "Destroy"): Operation(self.destroy_portal,
+                                         RLW + "ImmediateResourceTermination/DestroyResponse"),
+            _q(RL, "SetTerminationTime"): Operation(
+                self.set_portal_termination_time,
+                RLW + "ScheduledResourceTermination/SetTerminationTimeResponse"),
             **rp.operations(self.portal_properties),
         }
         app_ops = {
@@ -308,6 +359,8 @@ class Handlers:
                                          RLW + "ImmediateResourceTermination/DestroyResponse"),
             _q(RL, "SetTerminationTime"): Operation(
                 self.set_termination_time, RLW + "ScheduledResourceTermination/SetTerminationTimeResponse"),
+            _q(ns.EXT, "scheduleTerminationRequest"): Operation(
+                self.schedule_termination, ns.EXT + ":Application:scheduleTerminationResponse"),
             **rp.operations(self.app_properties),
         }
         if self.subscriptions is not None:
@@ -315,6 +368,36 @@ class Handlers:
                 topics.PORTAL, lambda req: (PORTAL_PRODUCER, None)))
             app_ops.update(self.subscriptions.producer_operations(topics.APPLICATION, self.producer))
         return Endpoint("portal", portal_ops), Endpoint("application", app_ops)
+
+
+def _number(amount: float) -> str:
+    return str(int(amount)) if float(amount).is_integer() else repr(float(amount))
+
+
+def view_of(req: Request) -> str:
+    """The view an application request is addressed to (the last segment of its address)."""
+    return req.path.strip("/").split("/")[0]
+
+
+def requested_time(body: etree._Element, namespace: str, at: str,
+                   after: str) -> tuple[float | None, float]:
+    """(the time a SetTerminationTime-shaped request asks for: a nillable dateTime ``at`` or
+    a duration ``after`` from now, None for nil; now)."""
+    requested = body.find(_q(namespace, at))
+    duration = body.find(_q(namespace, after))
+    now = time.time()
+    if requested is not None:
+        return (None if is_nil(requested) else parse_datetime(requested.text or "")), now
+    if duration is not None:
+        return now + parse_duration(duration.text or ""), now
+    raise BadArgument("the request needs %s or %s" % (at, after))
+
+
+def set_termination_response(new: float | None, now: float) -> etree._Element:
+    out = etree.Element(_q(RL, "SetTerminationTimeResponse"), nsmap={"wsrf-rl": RL, "xsi": ns.XSI})
+    out.append(rp.termination_time(new, _q(RL, "NewTerminationTime")))
+    etree.SubElement(out, _q(RL, "CurrentTime")).text = format_datetime(now)
+    return out
 
 
 def placement_audit(audit: dict) -> etree._Element:

@@ -21,7 +21,7 @@ from spyne.protocol.soap import Soap11
 
 from cddlm import ns, wsa, xmlsafe
 from cddlm.config import Limits
-from cddlm.errors import BadArgument, RequestTooLarge
+from cddlm.errors import AddressingError, BadArgument, RequestTooLarge
 from cddlm.portal.faults import SoapFault, detail, soap_fault, to_fault
 
 log = logging.getLogger(__name__)
@@ -133,6 +133,13 @@ class CddlmSoap(Soap11):
                     and h.tag not in self.endpoint.understood_headers:
                 raise soap_fault("MustUnderstand", "header %s is marked mustUnderstand and is not "
                                                    "understood by this endpoint" % h.tag)
+        elsewhere = addressing.elsewhere()
+        if elsewhere is not None:   # replies go back on the HTTP connection, never elsewhere
+            header, address = elsewhere
+            raise to_fault(AddressingError(
+                "OnlyAnonymousAddressSupported", "%s %s: this portal replies only on the "
+                "request's own connection (the anonymous address)"
+                % (etree.QName(header).localname, address or "(no address)"), header))
         children = [c for c in body if isinstance(c.tag, str)] if body is not None else []
         if len(children) != 1:
             raise to_fault(BadArgument("the SOAP body must hold exactly one element, not %d"
@@ -194,12 +201,16 @@ def _write_envelope(ctx) -> None:
 
 def _fault_element(fault) -> etree._Element:
     code = str(getattr(fault, "faultcode", "Server") or "Server")
-    base = code.split(".", 1)[0].split(":")[-1]
-    if base not in ("Client", "Server", "MustUnderstand", "VersionMismatch"):
-        base = "Server"
     message = str(getattr(fault, "faultstring", "") or "error")
-    el = etree.Element("{%s}Fault" % ENV)
-    etree.SubElement(el, "faultcode").text = "soapenv:" + base
+    el = etree.Element("{%s}Fault" % ENV, nsmap=OUT_NSMAP)
+    if code.startswith("{"):     # a fault code in another namespace (WS-Addressing's)
+        base = "Qualified"
+        etree.SubElement(el, "faultcode").text = etree.QName(code)
+    else:
+        base = code.split(".", 1)[0].split(":")[-1]
+        if base not in ("Client", "Server", "MustUnderstand", "VersionMismatch"):
+            base = "Server"
+        etree.SubElement(el, "faultcode").text = "soapenv:" + base
     etree.SubElement(el, "faultstring").text = message
     det = getattr(fault, "detail", None)
     if not isinstance(det, etree._Element) and base in ("Client", "Server"):

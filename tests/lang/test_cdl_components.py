@@ -115,7 +115,8 @@ def test_groups_and_policies_in_the_system():
     '<cmp:policy type="anti-collocation" group="g"/>',
     '<cmp:policy type="hop-limit" hops="x" between="a b"/>',
     '<cmp:policy type="license" catalog="c" product="p" between="a b"/>',
-    '<cmp:policy type="reachability" group="g"/>',
+    '<cmp:policy type="endpoint-access" between="a g"/>',   # no network access rules
+    '<cmp:policy type="volume-exclusive" group="g"/>',       # HOT volumes only
 ])
 def test_bad_policies(policy):
     with pytest.raises(DescriptorError):

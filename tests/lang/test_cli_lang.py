@@ -81,7 +81,7 @@ def test_import_path_serves_classpath_imports(tmp_path, capsys):
 def test_hot_templates_resolve_from_yaml_and_json(tmp_path, capsys):
     code, out, err = run(capsys, "lang", "resolve", str(FIXTURES / "hadoop_5vm.json"))
     assert code == 0, err
-    assert "anti-collocation" in out and "not_enforced" in out
+    assert "anti-collocation" in out and "volume-exclusive" in out and "not_enforced" not in out
     path = tmp_path / "t.yaml"
     path.write_text("heat_template_version: 2015-04-30\nparameters: {n: {type: number}}\n"
                     "resources:\n  p: {type: CDDLM::Process, properties: {argv: [sleep, {get_param: n}]}}\n")

@@ -34,7 +34,7 @@ def pairs(applications, type_name=None):
 def consistent(text: str) -> list[policies.Application]:
     """Resolve; check the model's policies stand for the template's enforced applications."""
     result = resolve_hot(text)
-    spec = [a for a in hot.expand_pairs(text) if policies.CATALOG[a.type].enforced]
+    spec = [a for a in hot.expand_pairs(text) if policies.CATALOG[a.type].enforced == "solver"]
     assert sorted(hot.expand_pairs(result.deployment)) == sorted(spec)
     return spec
 
@@ -126,8 +126,14 @@ def test_relationships_relate_ordered_pairs():
     applications = hot.expand_pairs(template(resources, groups))
     assert pairs(applications, "endpoint-access") == {("R1", "R3"), ("R1", "R4")}   # ordered
     assert pairs(applications, "hop-limit") == {("R1", "R3"), ("R1", "R4")}
-    dep = resolve_hot(template(resources, groups)).deployment
-    assert [p.type for p in dep.policies] == ["hop-limit"]   # access rules are not enforced
+    # the portal sets no network access rules: resolving refuses endpoint-access, precisely
+    with pytest.raises(DescriptorError, match="endpoint-access on R1 -> B is not enforced") as info:
+        resolve_hot(template(resources, groups))
+    assert info.value.kind == "unsupported-policy" and info.value.line == 8
+    without = resources.replace("{type: OS::NetEndpointAccess, properties: {protocols: [tcp]}},\n"
+                                "                 ", "")
+    dep = resolve_hot(template(without, groups)).deployment
+    assert [p.type for p in dep.policies] == ["hop-limit"]
     assert dep.policies[0].params["between"] == ["R1", "B"]
 
 
@@ -189,3 +195,36 @@ def test_the_hadoop_example_of_the_extension_loads_and_yields_its_policies():
     assert sorted(hot.expand_pairs(result.deployment)) == sorted(anti + [
         a for a in applications if a.type == "hop-limit"])
     assert len(result.deployment.components) == 9
+
+
+VOLUME = """
+vol: {type: OS::Cinder::Volume, properties: {size: 1}, policies: [{type: OS::VolExclusive}, {type: OS::VolNotMoved}]}
+a1: {type: OS::Cinder::VolumeAttachment, properties: {instance_uuid: {get_resource: R1}, volume_id: {get_resource: vol}}}
+"""
+SECOND = "a2: {type: OS::Cinder::VolumeAttachment, properties: {instance_uuid: {get_resource: R2}, volume_id: {get_resource: vol}}}\n"
+
+
+def test_volume_policies_are_checked_or_hold_never_ignored():
+    """volume-exclusive is checked on the template (one attachment at most); volume-not-moved
+    holds because the portal never moves a placed component; neither reaches the solver."""
+    dep = resolve_hot(template(FOUR + VOLUME)).deployment
+    assert dep.policies == []
+    assert {a.type for a in hot.expand_pairs(template(FOUR + VOLUME))} == \
+        {"volume-exclusive", "volume-not-moved"}
+    with pytest.raises(DescriptorError, match="volume vol is attached to 2 servers \\(R1, R2\\)") as info:
+        resolve_hot(template(FOUR + VOLUME + SECOND))
+    assert info.value.kind == "policy-violated" and info.value.line
+    soft = VOLUME.replace("{type: OS::VolExclusive}",
+                          "{type: OS::VolExclusive, properties: {hardConstraint: false}}")
+    with pytest.raises(DescriptorError, match="policy-violated|attached to 2 servers"):
+        resolve_hot(template(FOUR + soft + SECOND))     # soft changes nothing: no choice to make
+
+
+def test_reachability_is_handed_to_the_solver():
+    groups = """
+        id: G
+        members: [{get_resource: R1}, {get_resource: R2}]
+        policies: [{type: OS::NetReachability}]
+    """
+    (application,) = consistent(template(FOUR, groups))
+    assert application.type == "reachability" and application.members == ("R1", "R2")

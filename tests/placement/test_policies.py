@@ -4,6 +4,8 @@ from collections import Counter
 
 import pytest
 
+from cddlm.errors import BadArgument
+from cddlm.placement import api
 from placement_builders import components, datacenter, solve
 
 
@@ -128,6 +130,36 @@ def test_hop_limit_zero_means_same_host_and_two_means_same_switch():
     *_, out = solve(datacenter(racks=2, hosts=2), req)
     a = out["assignment"]
     assert a["vm"] == a["vol"] and a["vm"] != a["peer"] and rack_of(a["vm"]) == rack_of(a["peer"])
+
+
+def test_hop_limit_zero_is_the_same_host_without_a_network_tree():
+    req = {"components": components(["vm", "vol", "other"], cpu=4),
+           "policies": [{"type": "hop-limit", "between": ["vm", "vol"], "hops": 0},
+                        {"type": "anti-collocation", "level": "host", "between": ["vm", "other"]}]}
+    dc, r, _, out = solve(datacenter(racks=2, hosts=2, network=False), req)
+    a = out["assignment"]
+    assert out["status"] == "optimal" and a["vm"] == a["vol"] != a["other"]
+    policy = api.audit(dc, r, out["providers"])["policies"][0]
+    assert policy["type"] == "hop-limit" and policy["met"] and policy["scope"] == "host"
+    req["components"] = components(["vm", "vol", "other"], cpu=6)   # a host holds one of them
+    *_, out = solve(datacenter(racks=2, hosts=2, network=False), req)
+    assert out["status"] == "infeasible" and out["conflicts"] == [0]
+    req["policies"][0]["hops"] = 1                                  # more than 0 needs the tree
+    with pytest.raises(BadArgument, match="1 hops need the datacenter's network tree"):
+        solve(datacenter(racks=2, hosts=2, network=False), req)
+
+
+def test_reachability_needs_a_path_in_the_network_tree():
+    dc = datacenter(racks=2, hosts=1)
+    dc["network"] = [dict(t, name="island%d" % i) for i, t in enumerate(dc["network"]["children"])]
+    req = {"components": components(["web", "db"], cpu=6),          # one per host
+           "policies": [{"type": "reachability", "between": ["web", "db"]}]}
+    *_, out = solve(dc, req)
+    assert out["status"] == "infeasible"                            # two islands, no path
+    *_, out = solve(datacenter(racks=2, hosts=1), req)              # one tree: reachable
+    assert out["status"] == "optimal" and len(set(out["assignment"].values())) == 2
+    with pytest.raises(BadArgument, match="reachability needs the datacenter's network tree"):
+        solve(datacenter(racks=2, hosts=1, network=False), req)
 
 
 def test_bandwidth_respects_edge_capacity():

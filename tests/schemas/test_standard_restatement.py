@@ -35,6 +35,7 @@ REPO = Path(__file__).resolve().parents[2]
 XSD_DIR = REPO / "xsd"
 
 XS = "http://www.w3.org/2001/XMLSchema"
+XS_ANY_TYPE = "{%s}anyType" % XS
 
 # namespace -> file name; the same names in xsd/ and in the standards folder.
 FILES = {
@@ -313,14 +314,21 @@ def _describe_type(t) -> tuple:
             content = ("simple-content", _type_sig(t.content))
         else:
             content = _group_sig(t.content)
+        derivation = t.derivation
+        base = t.base_type.name if t.base_type is not None else None
+        if derivation == "extension" and base == XS_ANY_TYPE:
+            # extending xs:anyType adds to what every type holds anyway (mixed content, any
+            # elements and attributes, lax): compared as the content model it amounts to, so
+            # that a restatement spelling it out (what zeep can print) has the same shape
+            derivation = base = None
         return (
             "complex",
             t.abstract,
             t.mixed,
             t.block,
             t.final,
-            t.derivation,
-            t.base_type.name if t.base_type is not None else None,
+            derivation,
+            base,
             content,
             _attributes_sig(t.attributes),
         )
@@ -367,7 +375,12 @@ def _particle_sig(p) -> tuple:
 
 
 def _group_sig(g) -> tuple:
-    return ("group", g.model, *_occurs(g), tuple(_particle_sig(p) for p in g))
+    particles = list(g)
+    if (g.model == "sequence" and _occurs(g) == (1, 1) and len(particles) == 1
+            and type(particles[0]).__name__ == "XsdGroup" and particles[0].model == "sequence"
+            and _occurs(particles[0]) == (1, 1)):
+        return _group_sig(particles[0])   # a sequence holding one sequence is that sequence
+    return ("group", g.model, *_occurs(g), tuple(_particle_sig(p) for p in particles))
 
 
 def _element_sig(e, local: bool) -> tuple:

@@ -119,6 +119,19 @@ def register_engine(conn: Connection, engine_id: str, url: str | None, now: floa
     conn.execute(insert(engines).values(id=engine_id, url=url, started=now, heartbeat=now))
 
 
+def live_engines(conn: Connection, now: float, stale_after: float) -> list[tuple[str, str, float, float]]:
+    """(id, url, started, heartbeat) of every portal sharing the store that has beaten its
+    heart within ``stale_after`` seconds and says where it answers, one row per URL (the
+    newest engine of a restarted portal), oldest portal first."""
+    rows = conn.execute(select(engines.c.id, engines.c.url, engines.c.started, engines.c.heartbeat)
+                        .where(engines.c.heartbeat >= now - stale_after, engines.c.url.is_not(None))
+                        .order_by(engines.c.started))
+    newest: dict[str, tuple] = {}
+    for row in rows:
+        newest[row.url] = tuple(row)
+    return sorted(newest.values(), key=lambda r: (r[2], r[1]))
+
+
 def heartbeat(conn: Connection, engine_id: str, now: float) -> None:
     conn.execute(update(engines).where(engines.c.id == engine_id).values(heartbeat=now))
 

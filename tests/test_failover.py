@@ -1,0 +1,69 @@
+"""Two live portals (``cddlm portal serve`` subprocesses) on one PostgreSQL store: they find
+each other (``ext:portals``), and when the one a client talks to is killed, ``cddlm.client``
+fails over to the other, rebinds its application EPR and reaches its subscription's manager
+there, and the notifications that follow name the live portal."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import pytest
+
+from cddlm import ns
+from cddlm.client import Listener, Portal, Unreachable
+from tests.conftest import free_port, pg_schema_url, postgres_available
+
+pytestmark = pytest.mark.skipif(not postgres_available(),
+                                reason="portals sharing a store need PostgreSQL; none answers on "
+                                       "127.0.0.1:5432 (database test, trust auth)")
+
+
+@pytest.fixture
+def two_portals(live_portal, tmp_path):
+    with pg_schema_url() as url:
+        shared = ["--hosts-dir", str(tmp_path / "hosts"), "--heartbeat", "0.5"]
+        yield live_portal(db=url, extra=shared), live_portal(db=url, extra=shared)
+
+
+def test_the_client_fails_over_and_rebinds_when_its_portal_dies(two_portals):
+    a, b = two_portals
+    client = Portal(b.url)
+    assert client.peers == [a.url]                      # learnt from ext:portals
+    app = client.create(name="ha")
+    assert app.reference.address.startswith(b.url.rsplit("/cddlm/", 1)[0] + "/")
+    with Listener() as listener:
+        sub = app.subscribe(listener.url("ha"))
+        assert sub.address.startswith(b.url.rsplit("/cddlm/", 1)[0] + "/")
+        b.stop(signal.SIGKILL)                          # no goodbye: its rows stay behind
+        assert app.state() == "instantiated"            # the call went to a, through a new view
+        base_a = a.url.rsplit("/cddlm/", 1)[0]
+        assert client.url == a.url and app.reference.address.startswith(base_a + "/")
+        assert app.id == client.lookup("ha").id
+        app.terminate("failed over")
+        assert app.wait_for("terminated", timeout=20) == "terminated"
+        event = listener.get(timeout=20)
+        assert event is not None and event.state == "terminated" and event.sequence == 2
+        assert event.producer == app.reference.address   # the notification names a's view
+        assert event.subscription.startswith(base_a + "/cddlm/subscriptions/")
+        deadline = time.monotonic() + 10                # the manager, reached through a,
+        while sub.status()["delivered"] != "1":         # records the delivery once it is done
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        assert sub.address.startswith(base_a + "/")
+        sub.unsubscribe()
+    deadline = time.monotonic() + 10                    # b's heartbeat goes stale: a alone
+    while client.refresh_peers() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert client.peers == []
+    portals = client.property("portals", ns.EXT)[0]
+    assert len(portals) == 1 and portals[0].get("self") == "true"
+
+
+def test_a_refused_connection_is_told_apart_and_not_retried_without_peers(two_portals):
+    a, _ = two_portals
+    client = Portal(a.url, failover=False)
+    client._bind("http://127.0.0.1:%d/cddlm/portal" % free_port())     # nothing listens there
+    with pytest.raises(Unreachable) as info:
+        client.create(name="nowhere")
+    assert info.value.sent is False                      # refused: it never reached a portal
