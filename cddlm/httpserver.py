@@ -20,6 +20,7 @@ and handed to granian.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import io
 import logging
 import queue
@@ -27,6 +28,7 @@ import resource
 import socket
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -286,6 +288,7 @@ class HttpServer:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
+        _running.add(self)
         self._started.wait(10)
         if self._failed is not None:
             raise self._failed
@@ -320,7 +323,33 @@ class HttpServer:
                 pass
         if thread is not threading.current_thread():
             thread.join(timeout)
+            self._wait_released(timeout)
         self._bridge.close()
+        _running.discard(self)
+
+    def _wait_released(self, timeout: float) -> None:
+        """granian's Rust side winds down after its loop has returned: wait until the port
+        refuses connections, then a moment more, so that no Rust thread still serves while this
+        process goes on to exit (it would call into a finalizing interpreter and panic)."""
+        host = self.host if self.host not in ("0.0.0.0", "::") else "127.0.0.1"
+        deadline = time.monotonic() + min(timeout, 2.0)
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection((host, self.port), timeout=0.2).close()
+            except OSError:
+                break
+            time.sleep(0.01)
+        time.sleep(0.05)
+
+
+_running: "set[HttpServer]" = set()
+
+
+@atexit.register
+def _stop_all() -> None:
+    """Servers a program forgot to stop are stopped before the interpreter finalizes."""
+    for server in list(_running):
+        server.stop(timeout=2.0)
 
 
 def serve(app: Callable, host: str = "127.0.0.1", port: int = 0,
