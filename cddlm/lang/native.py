@@ -41,10 +41,11 @@ class _Native:
     def resolve(self, request: ResolveRequest) -> Resolution:
         root = request.source
         if not isinstance(root, etree._Element):
-            root = parse_xml(root, request.limits)
+            root = parse_xml(root, request.limits, quote=request.base_url is None)
         if root.tag != ns.qname(N, "application"):
-            raise DescriptorError("the root element must be {%s}application, not %s"
-                                  % (N, root.tag), kind="wrong-root", line=root.sourceline)
+            found = "" if request.base_url else ", not %s" % root.tag   # a file's: not quoted
+            raise DescriptorError("the root element must be {%s}application%s" % (N, found),
+                                  kind="wrong-root", line=root.sourceline)
         reader = _Reader(request)
         dep = Deployment()
         for el in root:
