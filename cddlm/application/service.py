@@ -250,8 +250,7 @@ class Service:
         lifecycle.check_operation("initialize", app.state, app.desired)
         termination_time = self._termination_option(understood, now)
         result = descriptors.resolve(source, descriptor.language, base_url=descriptor.reference,
-                                     properties=props, import_path=self.settings.import_path,
-                                     allowed_prefixes=self.settings.allowed_import_prefixes,
+                                     properties=props, loader=Loader.for_portal(self.settings),
                                      limits=self.settings.limits, version=descriptor.version)
         deployment = result.deployment
         delegated = [p for p, c in deployment.walk() if c.type == "delegate"]
@@ -289,7 +288,7 @@ class Service:
     def _descriptor_source(self, d: DescriptorInput) -> tuple[Any, str]:
         lang = registry.get(d.language, d.version)
         if d.reference is not None:
-            data = Loader(self.settings.import_path, self.settings.allowed_import_prefixes)(d.reference)
+            data = Loader.for_portal(self.settings)(d.reference)
             text = data.decode("utf-8", errors="replace")
             return (data if lang.body == "xml" else text), text
         if d.body is not None:
