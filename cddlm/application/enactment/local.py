@@ -4,6 +4,11 @@ Each host has its own directory (``STATE/hosts/HOST``); an application's files l
 ``apps/<id>/`` there and each component has its own working directory below that (its path),
 with ``stdout.log`` and ``stderr.log``.
 
+Logs are capped and rotated, and readiness follows them incrementally (``logs``); ``file``
+components are written, checked and removed without following links (``files``); probes and
+readiness checks connect only where the outbound policy allows (``cddlm.netsafe``,
+``Settings.probe_networks``); a readiness ``log`` pattern is matched by RE2.
+
 Processes start in their own session (``setsid``), so stopping the portal stops none of them.
 They are launched through ``/bin/sh -c 'echo $$ > pidfile; exec "$@"'``: the pid file is
 written before the program runs, so a portal killed between the spawn and the database
@@ -18,16 +23,16 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cddlm.application.enactment import procfs
+from cddlm import netsafe
+from cddlm.application.enactment import files, logs, procfs
+from cddlm.budget import PatternError, user_regex
+from cddlm.config import Settings
 
 STDERR_TAIL_LINES = 20
 WRAPPER = 'echo $$ > "$0" && exec "$@"'
@@ -69,9 +74,10 @@ def _signal_name(num: int) -> str:
 
 
 class LocalRunner:
-    def __init__(self, host: str, root: str):
+    def __init__(self, host: str, root: str, settings: Settings | None = None):
         self.host = host
         self.root = os.path.abspath(root)
+        self.settings = settings or Settings()
         self._children: dict[int, subprocess.Popen] = {}   # pid -> Popen, this process's children
         self._lock = threading.Lock()
 
@@ -83,7 +89,8 @@ class LocalRunner:
         return os.path.join(self.app_dir(app_id), *path.split("/"))
 
     def remove_app(self, app_id: str) -> None:
-        shutil.rmtree(self.app_dir(app_id), ignore_errors=True)
+        logs.CAPPER.forget_below(self.app_dir(app_id))
+        shutil.rmtree(self.app_dir(app_id), ignore_errors=True)   # never follows links
 
     def stderr_tail(self, app_id: str, path: str, lines: int = STDERR_TAIL_LINES) -> str:
         return "\n".join(self.log_tail(app_id, path, "stderr", lines))
@@ -133,6 +140,10 @@ class LocalRunner:
             return self._write_file(t, runtime)
         return Outcome("deployed", runtime=runtime)
 
+    def _app_parts(self, app_id: str) -> list[str]:
+        """The application's directory as names below ``root`` (walked without links)."""
+        return os.path.relpath(self.app_dir(app_id), self.root).split(os.sep)
+
     def _file_path(self, t: Target) -> str | None:
         rel = str(t.attributes["path"])
         base = self.app_dir(t.app_id)
@@ -150,20 +161,23 @@ class LocalRunner:
         if t.attributes.get("substitute", True):
             content = _substitute(content, t.values)
         try:
-            mode = int(str(t.attributes.get("mode") or "0644"), 8)
+            mode = int(str(t.attributes.get("mode") or "0644"), 8) & 0o7777
         except ValueError:
             return Outcome("failed", "mode %r is not an octal number" % t.attributes.get("mode"))
         try:
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            tmp = full + ".cddlm-tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(content)
-            os.chmod(tmp, mode)
-            os.replace(tmp, full)
+            files.write(self.root, self._app_parts(t.app_id), str(t.attributes["path"]),
+                        content.encode("utf-8"), mode)
+        except files.UnsafePath as e:
+            return Outcome("failed", "cannot write %s: %s" % (full, e), runtime=runtime)
         except OSError as e:
             return Outcome("failed", "cannot write %s: %s" % (full, e.strerror), runtime=runtime)
         runtime["location"] = full
         return Outcome("deployed", runtime=runtime)
+
+    def _file_exists(self, t: Target) -> bool:
+        full = self._file_path(t)
+        return full is not None and files.exists(self.root, self._app_parts(t.app_id),
+                                                 str(t.attributes["path"]))
 
     # -- start -------------------------------------------------------------------------------
     def start(self, t: Target, known_pid: int | None, known_start: str | None,
@@ -171,14 +185,13 @@ class LocalRunner:
         if t.type == "process":
             return self._start_process(t, known_pid, known_start, keep_lease)
         if t.type == "file":
-            full = self._file_path(t)
-            if full is None or not os.path.exists(full):
+            if not self._file_exists(t):
                 return Outcome("failed", "file %s is missing" % t.attributes.get("path"))
-            return Outcome("running", runtime={"location": full, "host": self.host})
+            return Outcome("running", runtime={"location": self._file_path(t), "host": self.host})
         if t.type == "probe":
             deadline = time.monotonic() + max(5.0, 5 * float(t.attributes.get("timeout") or 2))
             while True:
-                problem = probe(t.attributes)
+                problem = probe(t.attributes, self.settings.probe_networks)
                 if problem is None:
                     return Outcome("running", runtime={"host": self.host})
                 if time.monotonic() > deadline:
@@ -232,6 +245,7 @@ class LocalRunner:
                 if isinstance(spawned, Outcome):
                     return spawned
                 pid, started = spawned
+        logs.CAPPER.watch(workdir, self.settings.limits.max_log_bytes)
         base = dict(pid=pid, pid_start=started,
                     runtime={"pid": pid, "host": self.host, "workdir": workdir})
         ready = t.attributes.get("readiness")
@@ -266,11 +280,21 @@ class LocalRunner:
         interval = float(ready.get("interval") or 0.1)
         deadline = time.monotonic() + timeout
         workdir = self.component_dir(t.app_id, t.path)
+        follower = None
+        if "log" in ready:
+            try:
+                follower = logs.Follower(workdir, user_regex(str(ready["log"]),
+                                                              self.settings.limits.max_pattern_chars))
+            except PatternError as e:
+                # a pattern recorded before patterns were checked (or a lazy one): the
+                # component fails with the reason, the portal goes on
+                self.stop_process(pid, started, "TERM", 2.0)
+                return Outcome("failed", "readiness log pattern: %s" % e, **base)
         while True:
             gone = self.check_process(pid, started)
             if gone is not None:
                 return self._failure(gone, base, "exited before it was ready: ")
-            problem = readiness(ready, workdir)
+            problem = readiness(ready, workdir, self.settings.probe_networks, follower)
             if problem is None:
                 return Outcome("running", **base)
             if time.monotonic() > deadline:
@@ -309,12 +333,15 @@ class LocalRunner:
 
     def check(self, t: Target, pid: int | None, started: str | None) -> Outcome | None:
         if t.type == "process":
-            return self.check_process(pid, started)
+            ended = self.check_process(pid, started)
+            if ended is None:   # running (perhaps adopted after a restart): cap its logs
+                logs.CAPPER.watch(self.component_dir(t.app_id, t.path),
+                                  self.settings.limits.max_log_bytes)
+            return ended
         if t.type == "file":
-            full = self._file_path(t)
-            return None if full and os.path.exists(full) else Outcome("failed", "file was removed")
+            return None if self._file_exists(t) else Outcome("failed", "file was removed")
         if t.type == "probe":
-            problem = probe(t.attributes)
+            problem = probe(t.attributes, self.settings.probe_networks)
             return None if problem is None else Outcome("failed", problem)
         return None
 
@@ -327,6 +354,7 @@ class LocalRunner:
             sig = str(t.attributes.get("stop_signal") or "TERM")
             grace = float(t.attributes.get("grace") if t.attributes.get("grace") is not None else 5)
             result = self.stop_process(pid, started, sig, grace, keep_lease) if pid else None
+            logs.CAPPER.forget(self.component_dir(t.app_id, t.path))
             out = Outcome("stopped", pid=pid, pid_start=started)
             if result is not None:
                 out.exit_code, out.exit_signal = result.exit_code, result.exit_signal
@@ -335,9 +363,9 @@ class LocalRunner:
             full = self._file_path(t)
             if full:
                 try:
-                    os.unlink(full)
-                except FileNotFoundError:
-                    pass
+                    files.remove(self.root, self._app_parts(t.app_id), str(t.attributes["path"]))
+                except files.UnsafePath as e:
+                    return Outcome("stopped", "left %s: %s" % (full, e))
                 except OSError as e:
                     # still stopped (a failure is no way out of stopping): say what was left
                     return Outcome("stopped", "cannot remove %s: %s" % (full, e.strerror))
@@ -398,60 +426,48 @@ def _substitute(text: str, values: Callable[[str], Any]) -> str:
     return _PLACEHOLDER.sub(repl, text)
 
 
-def _tcp(spec: str, timeout: float) -> str | None:
+def _tcp(spec: str, timeout: float, networks: tuple[str, ...]) -> str | None:
     host, _, port = str(spec).rpartition(":")
     try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
-            return None
-    except (OSError, ValueError) as e:
-        return "tcp %s: %s" % (spec, getattr(e, "strerror", None) or e)
+        netsafe.tcp_check(host.strip("[]") or "127.0.0.1", int(port), networks, timeout=timeout)
+        return None
+    except ValueError:
+        return "tcp %s: not HOST:PORT" % spec
+    except (netsafe.Refused, netsafe.Unreachable) as e:
+        return "tcp %s: %s" % (spec, e)
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *a, **k):
-        return None   # a redirect is an answer (3xx), not somewhere to go
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
-
-
-def _http(url: str, timeout: float) -> str | None:
+def _http(url: str, timeout: float, networks: tuple[str, ...]) -> str | None:
     try:
-        with _OPENER.open(url, timeout=timeout) as r:
-            return None if r.status < 400 else "http %s: status %d" % (url, r.status)
-    except urllib.error.HTTPError as e:
-        return None if e.code < 400 else "http %s: status %d" % (url, e.code)
-    except (OSError, ValueError) as e:
-        return "http %s: %s" % (url, getattr(e, "reason", None) or e)
+        status = netsafe.http_status(url, networks, timeout=timeout)
+    except (netsafe.Refused, netsafe.Unreachable) as e:
+        return "http %s: %s" % (url, e)
+    return None if status < 400 else "http %s: status %d" % (url, status)
 
 
-def readiness(ready: dict, workdir: str) -> str | None:
-    """None when the readiness condition holds, else what is missing."""
+def readiness(ready: dict, workdir: str, networks: tuple[str, ...],
+              follower: logs.Follower | None = None) -> str | None:
+    """None when the readiness condition holds, else what is missing. A ``log`` condition
+    needs the ``follower`` that remembers how far the logs were read."""
     if "tcp" in ready:
         spec = str(ready["tcp"])
-        return _tcp(spec if ":" in spec else "127.0.0.1:" + spec, 0.5)
+        return _tcp(spec if ":" in spec else "127.0.0.1:" + spec, 0.5, networks)
     if "http" in ready:
-        return _http(str(ready["http"]), 1.0)
+        return _http(str(ready["http"]), 1.0, networks)
     if "file" in ready:
         path = os.path.join(workdir, str(ready["file"]))
         return None if os.path.exists(path) else "file %s does not exist" % ready["file"]
     if "log" in ready:
-        pattern = re.compile(str(ready["log"]))
-        for name in ("stdout.log", "stderr.log"):
-            try:
-                with open(os.path.join(workdir, name), "rb") as f:
-                    if pattern.search(f.read().decode("utf-8", "replace")):
-                        return None
-            except OSError:
-                continue
+        if follower is not None and follower.seen():
+            return None
         return "log line /%s/ not seen" % ready["log"]
     return None
 
 
-def probe(attrs: dict) -> str | None:
+def probe(attrs: dict, networks: tuple[str, ...]) -> str | None:
     timeout = float(attrs.get("timeout") or 2.0)
     if attrs.get("tcp"):
-        return _tcp(str(attrs["tcp"]), timeout)
+        return _tcp(str(attrs["tcp"]), timeout, networks)
     if attrs.get("http"):
-        return _http(str(attrs["http"]), timeout)
+        return _http(str(attrs["http"]), timeout, networks)
     return "probe has neither tcp nor http"
