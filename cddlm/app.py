@@ -29,6 +29,7 @@ from cddlm.portal import wsgi
 from cddlm.portal.handlers import Handlers
 from cddlm.portal.subscriptions import SubscriptionHandlers
 from cddlm.web.app import Dashboard
+from cddlm.xpathsafe import XPathPool
 
 log = logging.getLogger(__name__)
 # Spyne logs every fault a handler raises, with a traceback: a caller's mistake is not the
@@ -59,16 +60,25 @@ class Portal:
         self.hosts = load_hosts(settings)
         self.engine = Engine(self.store, settings, self.hosts, clock=clock, url=self.url)
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)
+        # users' XPath is evaluated in helper processes with a budget: queries in one pool,
+        # message-content filters (tried at subscribe, matched at fan-out) in another
+        limits = settings.limits
+        self.queries = XPathPool(limits.query_workers, seconds=limits.query_seconds,
+                                 wait=limits.query_wait_seconds,
+                                 max_result_bytes=limits.max_query_result_bytes,
+                                 max_chars=limits.max_expression_chars)
+        self.filters = XPathPool(2, seconds=limits.filter_seconds, wait=30.0,
+                                 max_chars=limits.max_expression_chars)
         # notifications: the use cases, the delivery workers, and who wakes them
-        self.subscriptions = Subscriptions(self.store, settings, clock=clock)
+        self.subscriptions = Subscriptions(self.store, settings, self.filters, clock=clock)
         self.delivery = Delivery(self.store, settings, self.engine.id, clock=clock,
-                                 portal_url=self.portal_url)
+                                 portal_url=self.portal_url, xpath=self.filters)
         self.service.subscriptions = self.subscriptions
         self.service.on_events.append(self.delivery.wake)
         self.engine.on_events.append(self.delivery.wake)
         self.subscriptions.on_change.append(self.delivery.wake)
-        notify = SubscriptionHandlers(self.subscriptions)
-        self.handlers = Handlers(self.service, time.time(), notify)
+        notify = SubscriptionHandlers(self.subscriptions, self.queries)
+        self.handlers = Handlers(self.service, time.time(), notify, xpath=self.queries)
         portal_ep, app_ep = self.handlers.endpoints()
         self.dashboard = Dashboard(Views(self.service), settings, self.portal_url)
         self.wsgi = wsgi.build({"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep,
@@ -109,6 +119,8 @@ class Portal:
             self.scheduler.shutdown(wait=False)
         self.delivery.stop()
         self.engine.stop()
+        self.queries.close()
+        self.filters.close()
         self.store.dispose()
 
     def server_options(self) -> httpserver.ServerOptions:

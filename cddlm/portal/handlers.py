@@ -25,6 +25,7 @@ from cddlm.notify.parse import is_nil
 from cddlm.portal import messages as m
 from cddlm.portal import properties as rp
 from cddlm.portal.soap import Endpoint, Operation, Request
+from cddlm.xpathsafe import XPathPool
 from cddlm.xsdtypes import format_datetime, format_duration, parse_datetime, parse_duration
 
 API, RL, WSNT = ns.API, ns.WSRF_RL, ns.WSNT
@@ -63,10 +64,12 @@ def producer_properties(topic: str) -> dict[str, rp.Builder]:
 
 
 class Handlers:
-    def __init__(self, service: Service, started: float, subscriptions: Any = None):
+    def __init__(self, service: Service, started: float, subscriptions: Any = None, *,
+                 xpath: XPathPool):
         self.service = service
         self.started = started
         self.subscriptions = subscriptions   # portal.subscriptions.SubscriptionHandlers, when wired
+        self.xpath = xpath                   # evaluates QueryResourceProperties
 
     # -- portal ---------------------------------------------------------------------------------
     def create(self, req: Request) -> etree._Element:
@@ -346,7 +349,7 @@ class Handlers:
             _q(RL, "SetTerminationTime"): Operation(
                 self.set_portal_termination_time,
                 RLW + "ScheduledResourceTermination/SetTerminationTimeResponse"),
-            **rp.operations(self.portal_properties),
+            **rp.operations(self.portal_properties, self.xpath),
         }
         app_ops = {
             m.q("initializeRequest"): Operation(self.initialize, api_action("Application", "initialize")),
@@ -361,7 +364,7 @@ class Handlers:
                 self.set_termination_time, RLW + "ScheduledResourceTermination/SetTerminationTimeResponse"),
             _q(ns.EXT, "scheduleTerminationRequest"): Operation(
                 self.schedule_termination, ns.EXT + ":Application:scheduleTerminationResponse"),
-            **rp.operations(self.app_properties),
+            **rp.operations(self.app_properties, self.xpath),
         }
         if self.subscriptions is not None:
             portal_ops.update(self.subscriptions.producer_operations(
