@@ -83,7 +83,9 @@ class Portal:
         self.dashboard = Dashboard(Views(self.service), settings, self.portal_url)
         self.wsgi = wsgi.build({"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep,
                                 "/cddlm/subscriptions": notify.manager_endpoint()},
-                               settings.limits, self.portal_url, self.dashboard)
+                               settings.limits, self.portal_url, self.dashboard,
+                               wsgi.own_names(settings.host, settings.public_url,
+                                              settings.allowed_hosts))
         self.scheduler = None
         self.server: httpserver.HttpServer | None = None
         self._stopped = threading.Event()

@@ -23,6 +23,12 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
                         body_timeout=args.body_timeout)
     if args.consumer_network:
         settings = settings.replace(consumer_networks=tuple(args.consumer_network))
+    if args.probe_network:
+        settings = settings.replace(probe_networks=tuple(args.probe_network))
+    settings = settings.replace(allowed_descriptor_dirs=tuple(args.allow_descriptor_dir or ()),
+                                allowed_descriptor_urls=tuple(args.allow_descriptor_url or ()),
+                                descriptor_networks=tuple(args.descriptor_network or ()),
+                                allowed_hosts=tuple(args.allowed_host or ()))
     portal = Portal(settings)
 
     def stop(signum, frame):
@@ -59,6 +65,21 @@ def register(sub) -> None:
     sv.add_argument("--consumer-network", action="append", metavar="CIDR",
                     help="a network notification consumers may be in (repeatable; default: "
                          "loopback and the private ranges)")
+    sv.add_argument("--allow-descriptor-dir", action="append", metavar="DIR",
+                    help="file: descriptor references and imports may be read below DIR "
+                         "(repeatable; default: none, and the import path)")
+    sv.add_argument("--allow-descriptor-url", action="append", metavar="PREFIX",
+                    help="http(s) descriptor references and imports may be fetched under PREFIX "
+                         "(repeatable; default: none)")
+    sv.add_argument("--descriptor-network", action="append", metavar="CIDR",
+                    help="besides public addresses, a network those fetches may reach (repeatable; "
+                         "an allowed prefix naming an address allows that address)")
+    sv.add_argument("--probe-network", action="append", metavar="CIDR",
+                    help="a network probes and readiness checks may connect to (repeatable; "
+                         "default: loopback and the private ranges)")
+    sv.add_argument("--allowed-host", action="append", metavar="NAME",
+                    help="a Host name the portal answers to besides IP addresses, localhost and "
+                         "its own names (repeatable; * for any)")
     sv.add_argument("--hosts-dir", metavar="DIR",
                     help="directory of the local hosts (default STATE/hosts; portals that share a "
                          "database must share it)")
