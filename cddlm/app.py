@@ -7,6 +7,7 @@ and serves them with the HTTP server of ``httpserver`` (granian).
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import logging
 import os
@@ -19,9 +20,10 @@ from cddlm import httpserver
 from cddlm.application.enactment.engine import Engine
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
-from cddlm.application.store import Store
+from cddlm.application.store import Store, open_sqlite_file, sqlite_file
 from cddlm.application.views import Views
 from cddlm.config import Settings
+from cddlm.errors import StoreUnavailable
 from cddlm.notify.delivery import Delivery
 from cddlm.notify.messages import portal_address
 from cddlm.notify.subscriptions import Subscriptions
@@ -46,17 +48,66 @@ def load_hosts(settings: Settings) -> Hosts:
     return Hosts.from_datacenter(load_data_file(settings.datacenter_file))
 
 
+class StateDir:
+    """The portal's state directory, held: made (or made) readable by its owner only, whatever
+    the umask, and locked for the portal's lifetime, so that a second portal on the same
+    directory refuses to start (portals share a store through PostgreSQL, each with its own
+    state directory)."""
+
+    def __init__(self, path: str):
+        self.path = os.path.abspath(path)
+        os.makedirs(self.path, mode=0o700, exist_ok=True)
+        try:
+            os.chmod(self.path, 0o700)
+        except PermissionError:
+            log.warning("cannot make %s private (mode 0700): it is not this user's", self.path)
+        self._fd = os.open(os.path.join(self.path, "portal.lock"),
+                           os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(self._fd)
+            raise StoreUnavailable(
+                "another portal%s is running on the state directory %s; stop it, or give this "
+                "one its own --state-dir (portals share applications through --db postgresql://...)"
+                % (" (pid %s)" % holder if holder else "", self.path)) from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, str(os.getpid()).encode(), 0)
+        self.identity = _identity(self.path)
+
+    def gone(self) -> bool:
+        """Whether the directory was deleted or replaced since it was taken."""
+        return _identity(self.path) != self.identity
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)       # the lock goes with it
+            self._fd = None
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 class Portal:
     """Everything one portal process runs. ``start()`` begins enactment and scheduling;
     ``wsgi`` is the WSGI application; ``serve()`` runs it on a real HTTP server."""
 
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time):
         self.settings = settings
-        os.makedirs(settings.state_dir, exist_ok=True)
+        self.state = StateDir(settings.state_dir)
+        try:
+            self._open_store(settings)
+        except BaseException:
+            self.state.release()
+            raise
         scheme = "https" if settings.tls_cert else "http"
         self.url = settings.public_url or "%s://%s:%d" % (scheme, settings.host, settings.port)
-        self.store = Store(settings.database_url)
-        self.store.migrate()
         self.hosts = load_hosts(settings)
         self.engine = Engine(self.store, settings, self.hosts, clock=clock, url=self.url)
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)
@@ -89,6 +140,29 @@ class Portal:
         self.scheduler = None
         self.server: httpserver.HttpServer | None = None
         self._stopped = threading.Event()
+        self.failure: str | None = None      # why the portal stopped serving by itself
+
+    def _open_store(self, settings: Settings) -> None:
+        """Check an SQLite store before anything writes to it (a damaged one is refused),
+        then open and migrate it."""
+        path = sqlite_file(settings.database_url)
+        self.store_file = path
+        if path is not None:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if open_sqlite_file(path):
+                log.warning("no store at %s: started with a new, empty one", path)
+            self.store_identity = _identity(path)
+        self.store = Store(settings.database_url)
+        self.store.migrate()
+
+    def lost_state(self) -> str | None:
+        """Why the portal cannot go on (its state directory or store file deleted or replaced
+        under it), or None."""
+        if self.state.gone():
+            return "the state directory %s was deleted or replaced" % self.state.path
+        if self.store_file is not None and _identity(self.store_file) != self.store_identity:
+            return "the store %s was deleted or replaced" % self.store_file
+        return None
 
     def portal_url(self) -> str:
         return self.url
@@ -124,6 +198,7 @@ class Portal:
         self.queries.close()
         self.filters.close()
         self.store.dispose()
+        self.state.release()
 
     def server_options(self) -> httpserver.ServerOptions:
         s = self.settings
@@ -153,6 +228,13 @@ class Portal:
         while not self._stopped.wait(0.5):
             if not server.alive():
                 log.error("the HTTP server stopped; the portal stops too")
+                break
+            lost = self.lost_state()
+            if lost is not None:
+                # answering from a deleted store would lose every write; a restart on the
+                # path starts from whatever is there then, and says so
+                self.failure = "%s under the running portal; it stops serving" % lost
+                log.error("%s", self.failure)
                 break
 
     def _wait_answering(self, server: httpserver.HttpServer, timeout: float = 30.0) -> None:

@@ -45,6 +45,10 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
         portal.serve_forever(ready)
     finally:
         portal.stop()
+    if portal.failure:
+        import sys
+        print("cddlm: %s" % portal.failure, file=sys.stderr)
+        return 1
     return 0
 
 
