@@ -18,7 +18,7 @@ from lxml import etree
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from cddlm.application import descriptors, lifecycle, options as opts
+from cddlm.application import descriptors, lifecycle, options as opts, secrets
 from cddlm.application import repository as repo
 from cddlm.application.enactment import queue, states
 from cddlm.application.enactment.reconcile import reconcile
@@ -472,10 +472,10 @@ class Service:
                     runtime = values.runtime(path, name)
                     if runtime is not None:
                         out[name] = runtime
-            return out
+            return {k: secrets.redact(tree, path + "/" + k, v) for k, v in out.items()}
         comp_path = path.rpartition("/")[0]
         values = HostValues(app, tree, rows, host_of(comp_path), comp_path, workdir)
-        return values.reference(path)
+        return secrets.redact(tree, path, values.reference(path))
 
     # -- hosts --------------------------------------------------------------------------------
     def mark_host(self, name: str, down: bool, reason: str | None = None) -> None:

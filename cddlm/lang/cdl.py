@@ -156,6 +156,7 @@ class _Resolver:
         self.exprs: list[_Expr] = []
         self.lazy_targets: list[tuple[str | None, tuple[str, ...]]] = []
         self.used: set[str] = set()
+        self.secret_properties: set[str] = set()   # properties read inside values marked secret
         self.nodes = 0
         self.loading: list[tuple[str | None, str | None]] = []
         self.loaded: set[tuple[str | None, str | None]] = set()
@@ -506,6 +507,10 @@ class _Resolver:
         if kind not in ("string", "integer"):
             raise self.descriptor_error("cmp:property type must be string or integer, not %r"
                                         % kind, "bad-property", el)
+        if any((a.get(cdl_components.SECRET) or "").strip().lower() in ("true", "1")
+               for a in holder.iterancestors()) or \
+                (holder.get(cdl_components.SECRET) or "").strip().lower() in ("true", "1"):
+            self.secret_properties.add(name)     # read inside a value marked secret
         if self.boolean(el.get("lazy", "false"), el, "lazy"):
             return
         self.used.add(name)
@@ -679,6 +684,8 @@ class _Resolver:
             size = self.settled[target] = int(_SIZE(target))
         self.charge(size - 1)
         del el.attrib[_PENDING]
+        if target.get(cdl_components.SECRET) is not None:   # a copy of a secret is one
+            el.set(cdl_components.SECRET, target.get(cdl_components.SECRET))
         el.text = target.text
         for c in target:
             el.append(_copy(c))

@@ -311,7 +311,31 @@ def check(deployment: Deployment, *, limits: Limits | None = None,
     if count == 0 and require_components:
         raise DescriptorError("the descriptor declares no components", kind="empty")
     _check_groups(deployment)
+    _spread_secrets(deployment)
     return deployment
+
+
+def _spread_secrets(deployment: Deployment) -> None:
+    """A value that is a lazy reference to a secret (``web/env/PGPASSWORD``, or to a whole
+    secret attribute) is a secret too, whatever the language."""
+    if not deployment.secrets:
+        return
+
+    def visit(value: Any, path: str) -> None:
+        if isinstance(value, Lazy):
+            if value.kind == "ref" and deployment.is_secret(value.target):
+                deployment.secrets.add(path)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                visit(v, path + "/" + str(k))
+        elif isinstance(value, list):
+            if any(isinstance(v, Lazy) and v.kind == "ref" and deployment.is_secret(v.target)
+                   for v in value):
+                deployment.secrets.add(path)
+
+    for path, comp in deployment.walk():
+        for name, value in comp.attributes.items():
+            visit(value, path + "/" + name)
 
 
 def _measure(value: Any, path: str, limit: int, total: Meter) -> None:

@@ -15,6 +15,7 @@ from lxml import etree
 from cddlm import __version__, ns, wsa
 from cddlm.application import options as opts
 from cddlm.application.repository import PORTAL_PRODUCER, App
+from cddlm.application.secrets import visible_properties
 from cddlm.application.service import Service
 from cddlm.errors import (BadArgument, ResourceNotDestroyed, ResourceUnknown,
                           TerminationTimeChangeRejected)
@@ -301,7 +302,8 @@ class Handlers:
         if app.descriptor_digest:
             m.sub(info, "descriptorDigest", app.descriptor_digest)
         if app.properties:
-            info.append(m.properties_element("properties", app.properties))
+            shown, hidden = visible_properties(app.properties, app.deployment)
+            info.append(m.properties_element("properties", shown, hidden))
         if app.options:
             info.append(m.options_element("options", app.options))
         if app.placement:
