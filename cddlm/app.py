@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 # portal's error, and the fault itself tells the caller everything
 logging.getLogger("spyne.application.client").setLevel(logging.CRITICAL)
 logging.getLogger("spyne.application.server").setLevel(logging.CRITICAL)
+logging.getLogger("spyne.application").setLevel(logging.CRITICAL)   # faults are not errors (Busy)
 logging.getLogger("spyne.util.appreg").setLevel(logging.ERROR)
 
 

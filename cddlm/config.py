@@ -30,7 +30,7 @@ class Limits:
     max_expression_chars: int = 4096        # a user's XPath (query, message filter, CDL expression)
     query_seconds: float = 2.0              # CPU budget of one QueryResourceProperties evaluation
     query_workers: int = 2                  # XPath queries evaluated at once (each in a helper process)
-    query_wait_seconds: float = 1.0         # how long a query waits for a free helper, then is refused
+    query_wait_seconds: float = 0.1         # how long a query waits for a free helper (holding a server thread), then is refused
     max_query_result_bytes: int = 4 * MiB   # the serialized result of one query
     filter_seconds: float = 0.5             # budget of one message-content filter over one round's messages
     max_log_bytes: int = 8 * MiB            # a component's stdout.log/stderr.log; then rotated to .1

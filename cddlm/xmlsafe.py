@@ -91,9 +91,12 @@ def parse(data: bytes | str, *, max_bytes: int | None = None, max_depth: int = 2
         gate.release()
 
 
-_MARKUP = re.compile(rb"""<(?:!--.*?-->|!\[CDATA\[.*?\]\]>|\?.*?\?>|/[^>]*>"""
-                     rb"""|([^\s/>!?][^\s/>]*)((?:[^>"']|"[^"]*"|'[^']*')*)>)""", re.S)
-_ATTRIBUTE = re.compile(rb"""=\s*(?:"[^"]*"|'[^']*')""")
+# the exact count, tag by tag: single-character repetitions only (they keep no state per
+# character in Python's re), one match per attribute, stopping at the first bound passed
+_OTHER = re.compile(rb"<(?:!--.*?-->|!\[CDATA\[.*?\]\]>|\?.*?\?>|/[^>]*>)", re.S)
+_START = re.compile(rb"<[^\s/>!?][^\s/>]*")
+_ATTRIBUTE = re.compile(rb"""\s*[^\s=/>"']+\s*=\s*(?:"[^"]*"|'[^']*')""")
+_TAG_END = re.compile(rb"\s*/?>")
 
 
 def count_nodes(data: bytes | str, max_nodes: int | None, max_attributes: int | None) -> None:
@@ -105,21 +108,35 @@ def count_nodes(data: bytes | str, max_nodes: int | None, max_attributes: int | 
     lt, eq = raw.count(b"<"), raw.count(b"=")
     if lt + eq <= nodes and eq <= per_element:
         return     # the upper bounds hold: every element has a '<', every attribute an '='
+
+    def refuse(message: str, at: int, kind: str = "too-large") -> UnsafeXml:
+        return UnsafeXml(message, raw.count(b"\n", 0, at) + 1, kind=kind)
+
     total, pos = 0, raw.find(b"<")
     while pos >= 0:
-        m = _MARKUP.match(raw, pos)
-        if m is None:
-            raise UnsafeXml("XML is not well-formed: unterminated markup", raw.count(b"\n", 0, pos) + 1)
-        if m.group(1) is not None:
-            attributes = len(_ATTRIBUTE.findall(m.group(2)))
+        other = _OTHER.match(raw, pos)
+        if other is not None:
+            pos = raw.find(b"<", other.end())
+            continue
+        name = _START.match(raw, pos)
+        if name is None:
+            raise refuse("XML is not well-formed: unterminated markup", pos, "not-well-formed")
+        at, attributes = name.end(), 0
+        while True:
+            attribute = _ATTRIBUTE.match(raw, at)
+            if attribute is None:
+                break
+            attributes += 1
             if attributes > per_element:
-                raise UnsafeXml("an element has more than %d attributes" % per_element,
-                                raw.count(b"\n", 0, pos) + 1, kind="too-large")
-            total += 1 + attributes
-            if total > nodes:
-                raise UnsafeXml("the document has more than %d elements and attributes" % nodes,
-                                raw.count(b"\n", 0, pos) + 1, kind="too-large")
-        pos = raw.find(b"<", m.end())
+                raise refuse("an element has more than %d attributes" % per_element, pos)
+            at = attribute.end()
+        end = _TAG_END.match(raw, at)
+        if end is None:
+            raise refuse("XML is not well-formed: a start tag is not closed", pos, "not-well-formed")
+        total += 1 + attributes
+        if total > nodes:
+            raise refuse("the document has more than %d elements and attributes" % nodes, pos)
+        pos = raw.find(b"<", end.end())
 
 
 def _parse(data: bytes | str, max_depth: int, base_url: str | None) -> etree._Element:

@@ -6,6 +6,7 @@ import argparse
 
 
 def cmd_portal_serve(args: argparse.Namespace) -> int:
+    import dataclasses
     import logging
     import signal
     from cddlm.app import Portal
@@ -25,6 +26,9 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
         settings = settings.replace(consumer_networks=tuple(args.consumer_network))
     if args.probe_network:
         settings = settings.replace(probe_networks=tuple(args.probe_network))
+    if args.max_log_bytes is not None:
+        settings = settings.replace(limits=dataclasses.replace(settings.limits,
+                                                               max_log_bytes=args.max_log_bytes))
     settings = settings.replace(allowed_descriptor_dirs=tuple(args.allow_descriptor_dir or ()),
                                 allowed_descriptor_urls=tuple(args.allow_descriptor_url or ()),
                                 descriptor_networks=tuple(args.descriptor_network or ()),
@@ -84,6 +88,9 @@ def register(sub) -> None:
     sv.add_argument("--allowed-host", action="append", metavar="NAME",
                     help="a Host name the portal answers to besides IP addresses, localhost and "
                          "its own names (repeatable; * for any)")
+    sv.add_argument("--max-log-bytes", type=int, metavar="N",
+                    help="a component's stdout.log or stderr.log is rotated (to .1) past N bytes "
+                         "(default 8 MiB)")
     sv.add_argument("--hosts-dir", metavar="DIR",
                     help="directory of the local hosts (default STATE/hosts; portals that share a "
                          "database must share it)")

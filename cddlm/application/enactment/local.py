@@ -191,7 +191,10 @@ class LocalRunner:
         if t.type == "probe":
             deadline = time.monotonic() + max(5.0, 5 * float(t.attributes.get("timeout") or 2))
             while True:
-                problem = probe(t.attributes, self.settings.probe_networks)
+                try:
+                    problem = probe(t.attributes, self.settings.probe_networks)
+                except netsafe.Refused as e:     # the policy will not change: fail at once
+                    return Outcome("failed", "probe refused: %s" % e)
                 if problem is None:
                     return Outcome("running", runtime={"host": self.host})
                 if time.monotonic() > deadline:
@@ -294,7 +297,11 @@ class LocalRunner:
             gone = self.check_process(pid, started)
             if gone is not None:
                 return self._failure(gone, base, "exited before it was ready: ")
-            problem = readiness(ready, workdir, self.settings.probe_networks, follower)
+            try:
+                problem = readiness(ready, workdir, self.settings.probe_networks, follower)
+            except netsafe.Refused as e:
+                self.stop_process(pid, started, "TERM", 2.0)
+                return Outcome("failed", "readiness check refused: %s" % e, **base)
             if problem is None:
                 return Outcome("running", **base)
             if time.monotonic() > deadline:
@@ -341,7 +348,10 @@ class LocalRunner:
         if t.type == "file":
             return None if self._file_exists(t) else Outcome("failed", "file was removed")
         if t.type == "probe":
-            problem = probe(t.attributes, self.settings.probe_networks)
+            try:
+                problem = probe(t.attributes, self.settings.probe_networks)
+            except netsafe.Refused as e:
+                problem = "probe refused: %s" % e
             return None if problem is None else Outcome("failed", problem)
         return None
 
@@ -427,20 +437,22 @@ def _substitute(text: str, values: Callable[[str], Any]) -> str:
 
 
 def _tcp(spec: str, timeout: float, networks: tuple[str, ...]) -> str | None:
+    """None when HOST:PORT accepts a connection, else why not; ``netsafe.Refused`` when the
+    policy forbids connecting there."""
     host, _, port = str(spec).rpartition(":")
     try:
         netsafe.tcp_check(host.strip("[]") or "127.0.0.1", int(port), networks, timeout=timeout)
         return None
     except ValueError:
         return "tcp %s: not HOST:PORT" % spec
-    except (netsafe.Refused, netsafe.Unreachable) as e:
+    except netsafe.Unreachable as e:
         return "tcp %s: %s" % (spec, e)
 
 
 def _http(url: str, timeout: float, networks: tuple[str, ...]) -> str | None:
     try:
         status = netsafe.http_status(url, networks, timeout=timeout)
-    except (netsafe.Refused, netsafe.Unreachable) as e:
+    except netsafe.Unreachable as e:
         return "http %s: %s" % (url, e)
     return None if status < 400 else "http %s: status %d" % (url, status)
 
