@@ -308,3 +308,22 @@ def test_events_nobody_wants_are_marked_in_bulk_without_fan_out(store, fan_out):
     assert fan_out(store) == 1                                   # only the wanted one is left
     with store.read() as conn:
         assert outbox.pending(conn, 10.0)[0] is False
+
+
+def test_an_event_whose_filter_was_not_evaluated_waits_for_the_next_round(store, fan_out):
+    """Filters are evaluated before the fan-out transaction: a pair nobody evaluated (a
+    subscription made in between) holds its event back, whole, instead of evaluating there."""
+    app, view = new_app(store)                                  # event 1, before both
+    plain = subscribe(store, app, view, 0.5)
+    filtered = subscribe(store, app, view, 1.5, content="api:state = 'initialized'")
+    advance(store, app, "initialized", 2.0)                    # event 2
+    with store.write() as conn:
+        assert outbox.fan_out(conn, 10.0, 1000, not store.is_sqlite, {}) == 1   # event 1 only
+    assert queued(store, plain) == [] and queued(store, filtered) == []
+    assert fan_out(store) == 1                                  # now evaluated: both get event 2
+    assert queued(store, plain) == [2] and queued(store, filtered) == [2]
+    with store.write() as conn:                                  # a filter past its budget
+        outbox.fail_filters(conn, {filtered: "the message filter took longer than its budget"}, 11.0)
+    with store.read() as conn:
+        sub = records.get(conn, filtered, count=False)
+    assert sub.status == "failed" and "budget" in sub.failure and queued(store, filtered) == []

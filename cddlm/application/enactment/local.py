@@ -286,8 +286,9 @@ class LocalRunner:
         follower = None
         if "log" in ready:
             try:
-                follower = logs.Follower(workdir, user_regex(str(ready["log"]),
-                                                              self.settings.limits.max_pattern_chars))
+                # ^ and $ are the ends of a line, as in a log they are meant
+                follower = logs.Follower(workdir, user_regex(
+                    "(?m)" + str(ready["log"]), self.settings.limits.max_pattern_chars + 4))
             except PatternError as e:
                 # a pattern recorded before patterns were checked (or a lazy one): the
                 # component fails with the reason, the portal goes on
