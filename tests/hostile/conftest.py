@@ -7,13 +7,9 @@ integrity check, and the victim application (created before any attack) is uncha
 
 from __future__ import annotations
 
-import contextlib
 import os
-import signal
 import socket
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 from xml.sax.saxutils import escape
@@ -23,7 +19,7 @@ import requests
 from lxml import etree
 
 from cddlm import ns
-from tests.conftest import ROOT, free_port, kill_leftovers
+from tests.conftest import LivePortal, free_port, kill_leftovers
 
 NS = {"soapenv": ns.SOAP11_ENV, "api": ns.API, "wsa": ns.WSA, "wsrf-rp": ns.WSRF_RP,
       "wsrf-bf": ns.WSRF_BF, "wsrf-r": ns.WSRF_R, "wsnt": ns.WSNT, "ext": ns.EXT}
@@ -60,55 +56,26 @@ class Answer:
         return self.text("//wsrf-bf:Description")
 
 
-class Portal:
-    """A portal process on loopback, with a victim application running before any attack."""
+class Portal(LivePortal):
+    """A portal process on loopback (its stdin a pipe, as under a supervisor: /proc/self/fd/0
+    is then a FIFO), with helpers to attack it and to prove what an attack left."""
 
-    def __init__(self, tmp: Path, extra: list[str] = (), stdin_pipe: bool = True):
+    def __init__(self, tmp: Path, extra: list[str] = ()):
         self.tmp = tmp
         self.state = tmp / "state"
         self.state.mkdir(parents=True, exist_ok=True)
-        self.extra = list(extra)
-        self.stdin_pipe = stdin_pipe
-        self.proc: subprocess.Popen | None = None
-        self.url = ""
+        super().__init__(self.state, 0, None, ["--liveness-interval", "0.5"] + list(extra),
+                         stdin_pipe=True)
 
-    # -- life ---------------------------------------------------------------------------------
     def start(self, timeout: float = 30.0, port: int | None = None) -> "Portal":
+        """Start (again, on ``port``: the victim's address stays valid)."""
         self.port = port or free_port()
-        cmd = [sys.executable, "-m", "cddlm.cli", "portal", "serve", "--port", str(self.port),
-               "--state-dir", str(self.state), "--liveness-interval", "0.5"] + self.extra
-        self.log_path = self.tmp / ("portal-%d.log" % time.time_ns())
-        self.log = open(self.log_path, "wb")
-        # the portal's stdin is a pipe, as under a supervisor: /proc/self/fd/0 is then a FIFO
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT,
-                                     stdin=subprocess.PIPE if self.stdin_pipe else subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if line.startswith(b"portal ready at "):
-                self.url = line.decode().split("portal ready at ", 1)[1].strip()
-                self.base = self.url.rsplit("/cddlm/", 1)[0]
-                return self
-            if not line and self.proc.poll() is not None:
-                break
-        self.stop()
-        raise RuntimeError("the portal did not start: %s" % self.log_text()[-2000:])
-
-    def stop(self, sig: int = signal.SIGTERM) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for stream in (self.proc.stdout, self.proc.stdin, self.log):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        self.proc = None
+        try:
+            super().start(timeout)
+        except RuntimeError as e:
+            raise RuntimeError("%s: %s" % (e, self.log_text()[-2000:])) from None
+        self.base = self.url.rsplit("/cddlm/", 1)[0]
+        return self
 
     def log_text(self) -> str:
         return self.log_path.read_text(errors="replace")
