@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 MiB = 1024 * 1024
+DEFAULT_PORTAL = "http://127.0.0.1:8080/cddlm/portal"     # where clients look without being told
 
 
 @dataclass(frozen=True)
