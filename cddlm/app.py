@@ -107,6 +107,26 @@ def exposure(settings: Settings) -> list[str]:
     return warnings
 
 
+def _check_reachable(folder: str) -> None:
+    """The accounts components run as must be able to pass through every folder above their
+    own (``o+x``), though not list them."""
+    path = os.path.abspath(folder)
+    while True:
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and not mode & 0o001:
+            raise ConfigurationError(
+                "--run-as: the components' accounts cannot reach their directories below %s: %s "
+                "has mode %o (others need x: chmod o+x %s, or choose another --state-dir or "
+                "--hosts-dir)" % (folder, path, mode & 0o7777, path))
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
 class Portal:
     """Everything one portal process runs. ``start()`` begins enactment and scheduling;
     ``wsgi`` is the WSGI application; ``serve()`` runs it on a real HTTP server."""
@@ -119,6 +139,8 @@ class Portal:
         sec = settings.security
         self.users = Directory(sec.users_file, sec.credential_cache) if sec.users_file else None
         os.makedirs(settings.state_dir, exist_ok=True)
+        if sec.run_as:
+            _check_reachable(settings.hosts_root)
         scheme = "https" if settings.tls_cert else "http"
         self.url = settings.public_url or "%s://%s:%d" % (scheme, settings.host, settings.port)
         self.store = Store(settings.database_url)

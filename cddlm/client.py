@@ -137,10 +137,24 @@ class Tls:
             if not os.path.isfile(self.ca_file):
                 raise ClientError("the CA file %s does not exist" % self.ca_file)
             session.verify = self.ca_file
+            # requests lets $REQUESTS_CA_BUNDLE override a session's own CAs: not these
+            session.mount("https://", _TrustOnly(self.ca_file))
         elif session.verify is False:      # never silently unverified
             session.verify = True
         if self.cert:
             session.cert = (self.cert, self.key) if self.key else self.cert
+
+
+class _TrustOnly(requests.adapters.HTTPAdapter):
+    """HTTPS verified against one CA file, whatever the environment says."""
+
+    def __init__(self, ca_file: str):
+        super().__init__()
+        self.ca_file = ca_file
+
+    def send(self, request, **kwargs):
+        kwargs["verify"] = self.ca_file
+        return super().send(request, **kwargs)
 
 
 CONFIG_KEYS = {"portal", "user", "password", "token", "ca_file", "client_cert", "client_key"}

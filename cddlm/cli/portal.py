@@ -14,6 +14,8 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
     from cddlm.errors import ConfigurationError
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.log_level != "error":     # the audit log's lines: who did what, from where
+        logging.getLogger("cddlm.audit").setLevel(logging.INFO)
     settings = Settings(host=args.host, port=args.port, state_dir=args.state_dir, db_url=args.db,
                         datacenter_file=args.datacenter, public_url=args.public_url,
                         import_path=tuple(args.import_path or ()), hosts_dir=args.hosts_dir,
