@@ -222,8 +222,9 @@ class Dashboard:
         limit = self.settings.dashboard.descriptor_chars
         tokens = highlight.highlight(descriptor["language"], text[:limit])
         dc = self.views.datacenter(principal, app["id"])
+        audit_log = self.views.audit(principal, app["id"], 50)
         return self._page("application.html", request, title=app["name"] or app["id"], app=app,
-                          logs=logs, chosen=chosen, tokens=tokens, cut=len(text) > limit,
+                          logs=logs, chosen=chosen, tokens=tokens, cut=len(text) > limit, audit_log=audit_log,
                           descriptor_length=len(text), pic=self._picture(request, dc), dc=dc,
                           **live)
 

@@ -169,7 +169,8 @@ def test_listings_counts_dashboard_and_audit_show_each_their_own(net, victim):
     page = wire.request(net.base + "/", headers=auth("bob"))
     assert page.status == 200 and b"bobs-own" in page.body and b"secret" not in page.body
     assert wire.request(net.base + "/applications/" + app.id, headers=auth("bob")).status == 404
-    assert wire.request(net.base + "/applications/" + app.id, headers=auth("carol")).status == 200
+    page = wire.request(net.base + "/applications/" + app.id, headers=auth("carol"))
+    assert page.status == 200 and b"Audit log" in page.body and b"<td>alice</td>" in page.body
     logs = wire.request(net.base + "/api/v1/applications/%s/logs?path=s" % app.id, headers=auth("bob"))
     assert logs.status == 404
     # the audit: bob sees his own doings, carol everyone's, with who, what, when and from where
