@@ -132,7 +132,7 @@ class Service:
                                    {"ResourceId": app_id, "name": name, "timestamp": now,
                                     "view": view.id, "portal": portal}, now, owner=principal.name)
                     audit_log.record(conn, principal, "create", now, app_id=app_id,
-                                 app_owner=principal.name, detail=name)
+                                     app_owner=principal.name, detail=name)
                 break
             except IntegrityError:
                 # the unique indexes decide races: a name in use (among the owner's live
@@ -334,7 +334,7 @@ class Service:
             repo.insert_components(conn, [dict(r, generation=app.generation + 1) for r in rows])
             _, added = reconcile(conn, app_id, now)
             audit_log.record(conn, principal, "initialize", now, app_id=app_id, app_owner=app.owner,
-                         detail="%s sha256:%s" % (descriptor.language, digest))
+                             detail="%s sha256:%s" % (descriptor.language, digest))
         self._after(work=added)
 
     def _descriptor_source(self, d: DescriptorInput) -> tuple[Any, str]:
@@ -413,7 +413,7 @@ class Service:
                 queue.supersede(conn, app_id, generation)
             _, added = reconcile(conn, app_id, now)
             audit_log.record(conn, principal, operation, now, app_id=app_id, app_owner=app.owner,
-                         detail=reason)
+                             detail=reason)
         self._after(work=added)
 
     def run(self, app_id: str, *, principal: Principal = LOCAL_ADMIN) -> None:
@@ -433,7 +433,7 @@ class Service:
                 self.subscriptions.producer_gone(conn, app_id, self.clock())
             repo.delete_app(conn, app_id)
             audit_log.record(conn, principal, "destroy", self.clock(), app_id=app_id,
-                         app_owner=app.owner, detail=app.name)
+                             app_owner=app.owner, detail=app.name)
         if self.engine is not None:
             self.engine.remove_app_files(app_id)
 
@@ -443,7 +443,7 @@ class Service:
             if view is None or repo.delete_view(conn, view_id) == 0:
                 raise ResourceUnknown("no application view %s" % view_id)
             audit_log.record(conn, principal, "destroy-view", self.clock(), app_id=view.app_id,
-                         app_owner=_owner(conn, view.app_id), detail=view_id)
+                             app_owner=_owner(conn, view.app_id), detail=view_id)
 
     def set_view_termination(self, view_id: str, when: float | None, *,
                              principal: Principal = LOCAL_ADMIN) -> float | None:
@@ -459,8 +459,8 @@ class Service:
             if not found or view is None:
                 raise ResourceUnknown("no application view %s" % view_id)
             audit_log.record(conn, principal, "set-view-termination", now, app_id=view.app_id,
-                         app_owner=_owner(conn, view.app_id),
-                         detail="%s at %s" % (view_id, "never" if when is None else when))
+                             app_owner=_owner(conn, view.app_id),
+                             detail="%s at %s" % (view_id, "never" if when is None else when))
         return when
 
     def schedule_termination(self, app_id: str, when: float | None, *,
@@ -476,7 +476,7 @@ class Service:
                 raise UnableToSetTerminationTime("application %s has already terminated" % app_id)
             repo.update_app(conn, app_id, termination_time=when)
             audit_log.record(conn, principal, "schedule-termination", now, app_id=app_id,
-                         app_owner=app.owner, detail="never" if when is None else str(when))
+                             app_owner=app.owner, detail="never" if when is None else str(when))
         if when is not None and when <= now:
             self.terminate(app_id, "termination time reached", principal=tenancy.SCHEDULER)
         return when
@@ -559,7 +559,7 @@ class Service:
                 conn.execute(hosts_table.insert().values(name=name, down=down, reason=reason,
                                                          updated=now))
             audit_log.record(conn, principal, "host-down" if down else "host-up", now,
-                         detail="%s%s" % (name, ": " + reason if reason else ""))
+                             detail="%s%s" % (name, ": " + reason if reason else ""))
         if down and self.engine is not None:
             self.engine.check_all(host=name)
 
