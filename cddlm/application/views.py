@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import func, or_, select
