@@ -125,7 +125,7 @@ class Operations(RuleBasedStateMachine):
         self.models.append(m)
         return m
 
-    @rule(m=apps, tree=trees().filter(lambda t: t.leaves()), twice=st.booleans())  # TEMP filter
+    @rule(m=apps, tree=trees(), twice=st.booleans())
     def initialize(self, m: Model, tree: Tree, twice: bool):
         before = None if m.destroyed else self._fingerprint(m)
         body = descriptor(tree)
