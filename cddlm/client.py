@@ -40,6 +40,7 @@ Notifications arrive at a ``Listener`` (``cddlm.listener``, re-exported here):
 
 from __future__ import annotations
 
+import copy
 import os
 import stat
 import time
@@ -543,7 +544,9 @@ class Application:
                    options: dict[str, Any] | None = None) -> None:
         descriptor: dict[str, Any] = {"language": language}
         if body is not None:
-            descriptor["body"] = {"_value_1": body}
+            # zeep moves the element into its envelope: a copy leaves the caller's tree alone
+            # (and lets two threads send one element at once)
+            descriptor["body"] = {"_value_1": copy.deepcopy(body)}
         elif text is not None:
             descriptor["text"] = text
         else:
