@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from cddlm.cli import apps, hosts, lang, placement, portal
+from cddlm.cli import apps, hosts, lang, placement, portal, users
 from cddlm.cli.common import DEFAULT_PORTAL
 from cddlm.errors import CddlmError
 
-GROUPS = (portal, apps, hosts, lang, placement)
+GROUPS = (portal, apps, hosts, lang, placement, users)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 
-DEFAULT_PORTAL = "http://127.0.0.1:8080/cddlm/portal"
+from cddlm.config import DEFAULT_PORTAL
 
 
 def properties(pairs: list[str] | None) -> dict[str, str]:
@@ -26,13 +25,35 @@ def usage(message: str) -> int:
 
 
 def portal(args: argparse.Namespace):
-    from cddlm.client import Portal
-    return Portal(args.portal or os.environ.get("CDDLM_PORTAL") or DEFAULT_PORTAL)
+    """The portal the command talks to, with the caller's credentials and TLS settings: from
+    the options, the environment, then the config file (``cddlm.client.ClientConfig``); a
+    user without password or token is asked for the password on a terminal."""
+    import getpass
+    from cddlm.client import ClientConfig, Credentials, Portal
+    config = ClientConfig.load(args.portal, getattr(args, "user", None), getattr(args, "ca_file", None),
+                               getattr(args, "client_cert", None), getattr(args, "client_key", None))
+    credentials = config.credentials
+    if credentials.user and credentials.password is None and not credentials.token \
+            and sys.stdin.isatty():
+        credentials = Credentials(credentials.user,
+                                  getpass.getpass("password for %s: " % credentials.user))
+    return Portal(config.portal, credentials=credentials, tls=config.tls)
 
 
 def add_portal_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--portal", metavar="URL",
-                        help="portal endpoint (default $CDDLM_PORTAL, then %s)" % DEFAULT_PORTAL)
+                        help="portal endpoint (default $CDDLM_PORTAL, the config file, then %s)"
+                        % DEFAULT_PORTAL)
+    parser.add_argument("--user", metavar="NAME",
+                        help="authenticate as NAME (default $CDDLM_USER or the config file); the "
+                             "password comes from $CDDLM_PASSWORD, the config file or a prompt, "
+                             "a token from $CDDLM_TOKEN")
+    parser.add_argument("--ca-file", metavar="PEM",
+                        help="CA certificates that sign the portal's (default $CDDLM_CA_FILE, "
+                             "the config file, then the system's)")
+    parser.add_argument("--client-cert", metavar="PEM",
+                        help="present this certificate (mutual TLS; with --client-key)")
+    parser.add_argument("--client-key", metavar="PEM", help="the client certificate's key")
 
 
 def option_pairs(pairs: list[str] | None) -> dict:

@@ -9,10 +9,14 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
     import dataclasses
     import logging
     import signal
+    import sys
     from cddlm.app import Portal
-    from cddlm.config import Settings
+    from cddlm.config import Quotas, Security, Settings
+    from cddlm.errors import ConfigurationError
     logging.basicConfig(level=getattr(logging, args.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.log_level != "error":     # the audit log's lines: who did what, from where
+        logging.getLogger("cddlm.audit").setLevel(logging.INFO)
     settings = Settings(host=args.host, port=args.port, state_dir=args.state_dir, db_url=args.db,
                         datacenter_file=args.datacenter, public_url=args.public_url,
                         import_path=tuple(args.import_path or ()), hosts_dir=args.hosts_dir,
@@ -21,7 +25,10 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
                         tls_cert=args.tls_cert, tls_key=args.tls_key,
                         tls_client_ca=args.tls_client_ca, server_threads=args.server_threads,
                         max_connections=args.max_connections, header_timeout=args.header_timeout,
-                        body_timeout=args.body_timeout)
+                        body_timeout=args.body_timeout,
+                        security=Security(users_file=args.users, run_as=args.run_as,
+                                          insecure=args.insecure),
+                        quotas=Quotas(**quotas(args.quota)))
     if args.consumer_network:
         settings = settings.replace(consumer_networks=tuple(args.consumer_network))
     if args.probe_network:
@@ -33,7 +40,13 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
                                 allowed_descriptor_urls=tuple(args.allow_descriptor_url or ()),
                                 descriptor_networks=tuple(args.descriptor_network or ()),
                                 allowed_hosts=tuple(args.allowed_host or ()))
-    portal = Portal(settings)
+    try:
+        portal = Portal(settings)
+    except ConfigurationError as e:
+        print("cddlm: %s" % e, file=sys.stderr)
+        return 1
+    for warning in portal.warnings:
+        print("\n*** WARNING: %s ***\n" % warning, file=sys.stderr, flush=True)
 
     def stop(signum, frame):
         portal.stop()
@@ -50,10 +63,24 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
     finally:
         portal.stop()
     if portal.failure:
-        import sys
         print("cddlm: %s" % portal.failure, file=sys.stderr)
         return 1
     return 0
+
+
+def quotas(pairs: list[str] | None) -> dict[str, int]:
+    import dataclasses
+    from cddlm.cli.common import usage
+    from cddlm.config import Quotas
+    known = {f.name for f in dataclasses.fields(Quotas)}
+    out = {}
+    for pair in pairs or []:
+        key, _, value = pair.partition("=")
+        if key not in known or not value.isdigit():
+            raise SystemExit(usage("--quota expects NAME=N with NAME one of %s, got %r"
+                                   % (", ".join(sorted(known)), pair)))
+        out[key] = int(value)
+    return out
 
 
 def register(sub) -> None:
@@ -113,5 +140,18 @@ def register(sub) -> None:
                     help="seconds a client has to send its request headers (default 10, at most 60)")
     sv.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
                     help="seconds a client has to send its request body (default 30)")
+    sv.add_argument("--users", metavar="FILE",
+                    help="authenticate every request against this users file (cddlm user add); "
+                         "without it, only a loopback address is allowed (local mode: everyone "
+                         "is the administrator)")
+    sv.add_argument("--run-as", metavar="ACCOUNT",
+                    help="run components as this unprivileged OS account ('{user}' stands for "
+                         "the application's owner, e.g. cddlm-{user}); needs root")
+    sv.add_argument("--quota", action="append", metavar="NAME=N",
+                    help="a per-user quota: applications, components, descriptor_bytes, "
+                         "subscriptions (repeatable; administrators have none)")
+    sv.add_argument("--insecure", action="store_true",
+                    help="start even on a non-loopback address without --users and TLS, or as "
+                         "root without --run-as (loudly: anyone reaching it may run commands)")
     sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
     sv.set_defaults(func=cmd_portal_serve)

@@ -77,29 +77,33 @@ class Handlers:
         b = req.body
         name = m.text(b, "name")
         app, view = self.service.create(name.strip() if name else None, m.text(b, "hostname"),
-                                        m.options(m.child(b, "options")), req.portal)
+                                        m.options(m.child(b, "options")), req.portal,
+                                        principal=req.principal)
         return m.element("createResponse", m.element("ResourceId", value=app.id),
                          m.app_reference(view))
 
     def lookup(self, req: Request) -> etree._Element:
         rid, name = m.text(req.body, "ResourceId"), m.text(req.body, "name")
         view = self.service.lookup(req.portal, resource_id=rid.strip() if rid is not None else None,
-                                   name=name.strip() if name is not None else None)
+                                   name=name.strip() if name is not None else None,
+                                   principal=req.principal)
         return m.element("lookupResponse", m.app_reference(view))
 
     def rebind(self, req: Request) -> etree._Element:
         ref = wsa.parse_epr(m.child(req.body, "applicationReference"))
         if ref is None:
             raise BadArgument("applicationReference has no Address")
-        view = self.service.rebind(req.portal, ref.address, ref.parameter(m.q("ResourceId")))
+        view = self.service.rebind(req.portal, ref.address, ref.parameter(m.q("ResourceId")),
+                                   principal=req.principal)
         return m.element("rebindResponse", m.app_reference(view))
 
     def portal_properties(self, req: Request) -> rp.Properties:
         return rp.Properties(m.q("portalProperties"), {
             m.q("staticInfo"): lambda: [self.static_info(req.portal)],
-            m.q("dynamicInfo"): lambda: [self.dynamic_info()],
+            m.q("dynamicInfo"): lambda: [self.dynamic_info(req)],
             m.q("applications"): lambda: [m.element("applications", *[
-                m.app_reference(v) for v in self.service.applications(req.portal)])],
+                m.app_reference(v) for v in self.service.applications(req.portal,
+                                                                      principal=req.principal)])],
             **producer_properties(topics.CREATED),
             _q(RL, "CurrentTime"): rp.current_time,
             _q(RL, "TerminationTime"): lambda: [rp.termination_time(None)],
@@ -139,9 +143,9 @@ class Handlers:
             m.sub(options, "option", uri)
         return info
 
-    def dynamic_info(self) -> etree._Element:
+    def dynamic_info(self, req: Request) -> etree._Element:
         now = time.time()
-        data = self.service.dynamic_info()
+        data = self.service.dynamic_info(principal=req.principal)
         info = m.element("dynamicInfo")
         m.sub(info, "time", format_datetime(now))
         m.sub(info, "uptime", format_duration(now - self.started))
@@ -169,8 +173,10 @@ class Handlers:
         name = (req.body.findtext(ext + "host") or "").strip()
         down = (req.body.findtext(ext + "down") or "").strip() in ("true", "1")
         reason = req.body.findtext(ext + "reason")
-        self.service.mark_host(name, down, reason.strip() if reason else None)
-        host = next(h for h in self.service.dynamic_info()["hosts"] if h["name"] == name)
+        self.service.mark_host(name, down, reason.strip() if reason else None,
+                               principal=req.principal)
+        host = next(h for h in self.service.dynamic_info(principal=req.principal)["hosts"]
+                    if h["name"] == name)
         out = etree.Element(ext + "setHostStateResponse", nsmap={"ext": ns.EXT})
         el = etree.SubElement(out, ext + "host", name=name, agent=host["agent"],
                               down="true" if host["down"] else "false")
@@ -183,7 +189,7 @@ class Handlers:
         view_id = view_of(req)
         if not view_id:
             raise ResourceUnknown("the request names no application (address /cddlm/applications/ID)")
-        return self.service.app_for_view(view_id, req.resource_id())
+        return self.service.app_for_view(view_id, req.resource_id(), principal=req.principal)
 
     def producer(self, req: Request) -> tuple[str, str]:
         """The application a request to a view names, and the view: a notification producer."""
@@ -194,20 +200,21 @@ class Handlers:
         b = req.body
         self.service.initialize(app.id, m.descriptor(m.child(b, "descriptor")),
                                 m.properties(m.child(b, "properties")),
-                                m.options(m.child(b, "options")))
+                                m.options(m.child(b, "options")), principal=req.principal)
         return m.element("initializeResponse")
 
     def run(self, req: Request) -> etree._Element:
-        self.service.run(self.app(req).id)
+        self.service.run(self.app(req).id, principal=req.principal)
         return m.element("runResponse")
 
     def terminate(self, req: Request) -> etree._Element:
         reason = m.text(req.body, "reason")
-        self.service.terminate(self.app(req).id, reason.strip() if reason else None)
+        self.service.terminate(self.app(req).id, reason.strip() if reason else None,
+                               principal=req.principal)
         return m.element("terminateResponse")
 
     def destroy(self, req: Request) -> etree._Element:
-        self.service.destroy(self.app(req).id)
+        self.service.destroy(self.app(req).id, principal=req.principal)
         return m.element("destroyResponse")
 
     def ping(self, req: Request) -> etree._Element:
@@ -236,7 +243,7 @@ class Handlers:
 
     def destroy_view(self, req: Request) -> etree._Element:
         self.app(req)
-        self.service.destroy_view(view_of(req))
+        self.service.destroy_view(view_of(req), principal=req.principal)
         return etree.Element(_q(RL, "DestroyResponse"), nsmap={"wsrf-rl": RL})
 
     def set_termination_time(self, req: Request) -> etree._Element:
@@ -244,7 +251,7 @@ class Handlers:
         (spec 4.3); ``ext:scheduleTermination`` ends the application."""
         self.app(req)
         when, now = requested_time(req.body, RL, "RequestedTerminationTime", "RequestedLifetimeDuration")
-        new = self.service.set_view_termination(view_of(req), when)
+        new = self.service.set_view_termination(view_of(req), when, principal=req.principal)
         return set_termination_response(new, now)
 
     def schedule_termination(self, req: Request) -> etree._Element:
@@ -252,7 +259,7 @@ class Handlers:
         the termination-time option does."""
         app = self.app(req)
         when, now = requested_time(req.body, ns.EXT, "at", "after")
-        new = self.service.schedule_termination(app.id, when)
+        new = self.service.schedule_termination(app.id, when, principal=req.principal)
         out = etree.Element(_q(ns.EXT, "scheduleTerminationResponse"), nsmap={"ext": ns.EXT})
         out.append(rp.termination_time(new, _q(ns.EXT, "scheduledTermination")))
         etree.SubElement(out, _q(ns.EXT, "currentTime")).text = format_datetime(now)

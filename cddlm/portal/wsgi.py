@@ -74,12 +74,14 @@ SCHEMAS = ("api.xsd", "ext.xsd", "rp-2.xsd", "rl-2.xsd", "b-2.xsd")
 
 
 def build(endpoints: dict[str, Endpoint], limits: Limits, portal_url: Callable[[], str],
-          dashboard: Callable | None = None, names: frozenset[str] = frozenset({"*"})) -> "Router":
+          dashboard: Callable | None = None, authenticate: soap.Authenticate | None = None,
+          names: frozenset[str] = frozenset({"*"})) -> "Router":
     """The WSGI application for these endpoints (mount point -> endpoint), with ``dashboard``
-    (a WSGI application) answering every other path; ``names`` are the Host names it answers
-    to (``own_names``)."""
+    (a WSGI application) answering every other path. Every SOAP request is authenticated by
+    ``authenticate`` (none: local mode); the WSDL and its schemas are public. ``names`` are
+    the Host names it answers to (``own_names``)."""
     validator = soap.Validator(XSD_DIR, SCHEMAS)
-    apps = {mount: WsgiApplication(soap.application(ep, validator, limits, portal_url),
+    apps = {mount: WsgiApplication(soap.application(ep, validator, limits, portal_url, authenticate),
                                    max_content_length=limits.max_body_bytes + 1)
             for mount, ep in endpoints.items()}
     return Router(apps, limits, portal_url, dashboard, names)

@@ -4,8 +4,7 @@ Each host has its own directory (``STATE/hosts/HOST``); an application's files l
 ``apps/<id>/`` there and each component has its own working directory below that (its path),
 with ``stdout.log`` and ``stderr.log``.
 
-Logs are capped and rotated, and readiness follows them incrementally (``logs``); ``file``
-components are written, checked and removed without following links (``files``); probes and
+Logs are capped and rotated, and readiness follows them incrementally (``logs``); probes and
 readiness checks connect only where the outbound policy allows (``cddlm.netsafe``,
 ``Settings.probe_networks``); a readiness ``log`` pattern is matched by RE2.
 
@@ -15,6 +14,10 @@ written before the program runs, so a portal killed between the spawn and the da
 commit finds the process again (``adopt``) instead of starting a second one. A process is
 identified by (pid, start time); exit codes are known for this portal's own children and
 reported as unknown for processes adopted after a restart.
+
+A component whose ``Target.user`` names an account (``--run-as``) runs as that account, with
+no supplementary groups and umask 077; its directories are that account's, mode 0700, and the
+portal reaches into them only through ``confine`` (no links followed, no FIFOs opened).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from cddlm import netsafe
-from cddlm.application.enactment import files, logs, procfs
+from cddlm.application.enactment import confine, logs, procfs
+from cddlm.application.enactment.confine import Account, Escape
 from cddlm.budget import PatternError, user_regex
 from cddlm.config import Settings
 
@@ -49,6 +53,7 @@ class Target:
     attributes: dict[str, Any]
     host: str
     values: Callable[[str], Any] = lambda name: None   # property lookup for ${name} substitution
+    user: str | None = None                            # the OS account it runs as (None: ours)
 
 
 @dataclass
@@ -88,6 +93,18 @@ class LocalRunner:
     def component_dir(self, app_id: str, path: str) -> str:
         return os.path.join(self.app_dir(app_id), *path.split("/"))
 
+    @staticmethod
+    def account(t: Target) -> Account | None:
+        """The account ``t`` runs as (LookupError: there is no such account, or it is root)."""
+        return Account.named(t.user) if t.user else None
+
+    def _make_dirs(self, t: Target, account: Account | None) -> str:
+        """The application's and the component's directories, the account's (0700)."""
+        app_dir = confine.make_app_dir(os.path.join(self.root, "apps"),
+                                       os.path.basename(self.app_dir(t.app_id)), account)
+        os.close(confine.open_dir(app_dir, t.path.split("/"), True, account))
+        return self.component_dir(t.app_id, t.path)
+
     def remove_app(self, app_id: str) -> None:
         logs.CAPPER.forget_below(self.app_dir(app_id))
         shutil.rmtree(self.app_dir(app_id), ignore_errors=True)   # never follows links
@@ -101,15 +118,12 @@ class LocalRunner:
         most ``max_bytes`` of its end (a partial first line is dropped)."""
         if stream not in ("stdout", "stderr"):
             raise ValueError(stream)
-        name = os.path.join(self.component_dir(app_id, path), stream + ".log")
         try:
-            with open(name, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                start = max(0, f.tell() - max_bytes)
-                f.seek(start)
-                text = f.read(max_bytes).decode("utf-8", "replace")
-        except OSError:
+            data, start = confine.read_tail(self.app_dir(app_id), path + "/" + stream + ".log",
+                                            max_bytes)
+        except (OSError, Escape):
             return []
+        text = data.decode("utf-8", "replace")
         found = text.splitlines()
         if start > 0 and found:
             found = found[1:]
@@ -119,16 +133,25 @@ class LocalRunner:
     def deploy(self, t: Target) -> Outcome:
         workdir = self.component_dir(t.app_id, t.path)
         try:
-            os.makedirs(workdir, exist_ok=True)
+            account = self.account(t)
+            self._make_dirs(t, account)
+        except LookupError as e:
+            return Outcome("failed", "cannot run as %s: %s" % (t.user, e.args[0]))
+        except Escape as e:
+            return Outcome("failed", "cannot create %s: %s" % (workdir, e))
         except OSError as e:
             return Outcome("failed", "cannot create %s: %s" % (workdir, e.strerror))
         runtime = {"workdir": workdir, "host": self.host}
         if t.type == "process":
             argv = t.attributes["argv"]
-            env = self._env(t, workdir)
+            env = self._env(t, workdir, account)
             exe = argv[0]
+            try:
+                cwd = self._cwd(t, workdir)
+            except Escape as e:
+                return Outcome("failed", "cwd: %s" % e, runtime=runtime)
             if os.sep in exe:
-                found = exe if os.path.isabs(exe) else os.path.join(self._cwd(t, workdir), exe)
+                found = exe if os.path.isabs(exe) else os.path.join(cwd, exe)
                 ok = os.path.isfile(found) and os.access(found, os.X_OK)
             else:
                 found = shutil.which(exe, path=env.get("PATH"))
@@ -140,17 +163,14 @@ class LocalRunner:
             return self._write_file(t, runtime)
         return Outcome("deployed", runtime=runtime)
 
-    def _app_parts(self, app_id: str) -> list[str]:
-        """The application's directory as names below ``root`` (walked without links)."""
-        return os.path.relpath(self.app_dir(app_id), self.root).split(os.sep)
-
     def _file_path(self, t: Target) -> str | None:
         rel = str(t.attributes["path"])
         base = self.app_dir(t.app_id)
-        full = os.path.normpath(os.path.join(base, rel))
-        if os.path.isabs(rel) or not (full + os.sep).startswith(base + os.sep):
+        try:
+            names = confine.inside(base, rel)
+        except Escape:
             return None
-        return full
+        return os.path.join(base, *names) if names else None
 
     def _write_file(self, t: Target, runtime: dict) -> Outcome:
         full = self._file_path(t)
@@ -165,19 +185,14 @@ class LocalRunner:
         except ValueError:
             return Outcome("failed", "mode %r is not an octal number" % t.attributes.get("mode"))
         try:
-            files.write(self.root, self._app_parts(t.app_id), str(t.attributes["path"]),
-                        content.encode("utf-8"), mode)
-        except files.UnsafePath as e:
+            confine.write_file(self.app_dir(t.app_id), str(t.attributes["path"]),
+                               content.encode("utf-8"), mode, self.account(t))
+        except (Escape, LookupError) as e:
             return Outcome("failed", "cannot write %s: %s" % (full, e), runtime=runtime)
         except OSError as e:
             return Outcome("failed", "cannot write %s: %s" % (full, e.strerror), runtime=runtime)
         runtime["location"] = full
         return Outcome("deployed", runtime=runtime)
-
-    def _file_exists(self, t: Target) -> bool:
-        full = self._file_path(t)
-        return full is not None and files.exists(self.root, self._app_parts(t.app_id),
-                                                 str(t.attributes["path"]))
 
     # -- start -------------------------------------------------------------------------------
     def start(self, t: Target, known_pid: int | None, known_start: str | None,
@@ -185,7 +200,8 @@ class LocalRunner:
         if t.type == "process":
             return self._start_process(t, known_pid, known_start, keep_lease)
         if t.type == "file":
-            if not self._file_exists(t):
+            full = self._file_path(t)
+            if full is None or not confine.exists(self.app_dir(t.app_id), str(t.attributes["path"])):
                 return Outcome("failed", "file %s is missing" % t.attributes.get("path"))
             return Outcome("running", runtime={"location": self._file_path(t), "host": self.host})
         if t.type == "probe":
@@ -224,16 +240,27 @@ class LocalRunner:
             return False
         return ("CDDLM_COMPONENT=%s %s" % (t.app_id, t.path)).encode() in env
 
-    def _env(self, t: Target, workdir: str) -> dict[str, str]:
+    def _env(self, t: Target, workdir: str, account: Account | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in PASS_ENV}
+        if account is not None:
+            env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
         env.update({str(k): str(v) for k, v in (t.attributes.get("env") or {}).items()})
         env.update(CDDLM_APP_ID=t.app_id, CDDLM_HOST=self.host, CDDLM_WORKDIR=workdir,
                    CDDLM_COMPONENT="%s %s" % (t.app_id, t.path))
         return env
 
     def _cwd(self, t: Target, workdir: str) -> str:
+        """The process's working directory: ``cwd`` relative to its component's directory,
+        inside the application's directory (``Escape`` otherwise, links resolved)."""
         cwd = t.attributes.get("cwd")
-        return os.path.join(workdir, cwd) if cwd else workdir
+        if not cwd:
+            return workdir
+        base = self.app_dir(t.app_id)
+        full = os.path.join(base, *confine.inside(base, os.path.join(t.path, str(cwd))))
+        real, real_base = os.path.realpath(full), os.path.realpath(base)
+        if real != real_base and not real.startswith(real_base + os.sep):
+            raise Escape("%r leads out of the application's directory" % cwd)
+        return full
 
     def _start_process(self, t: Target, known_pid, known_start, keep_lease) -> Outcome:
         workdir = self.component_dir(t.app_id, t.path)
@@ -257,20 +284,29 @@ class LocalRunner:
         return Outcome("running", **base)
 
     def _spawn(self, t: Target, workdir: str):
-        os.makedirs(workdir, exist_ok=True)
         pidfile = os.path.join(workdir, "pid")
+        try:
+            account = self.account(t)
+            self._make_dirs(t, account)
+            cwd = self._cwd(t, workdir)
+            logs = [confine.open_log(self.app_dir(t.app_id), t.path + "/" + name, account)
+                    for name in ("stdout.log", "stderr.log")]
+        except (LookupError, Escape) as e:
+            return Outcome("failed", "cannot start %s: %s" % (t.attributes["argv"][0], e))
+        except OSError as e:
+            return Outcome("failed", "cannot start %s: %s" % (t.attributes["argv"][0], e.strerror))
         try:
             os.unlink(pidfile)
         except FileNotFoundError:
             pass
-        cwd = self._cwd(t, workdir)
+        as_account = {} if account is None else dict(user=account.uid, group=account.gid,
+                                                      extra_groups=[], umask=0o077)
         try:
-            with open(os.path.join(workdir, "stdout.log"), "ab") as out, \
-                    open(os.path.join(workdir, "stderr.log"), "ab") as err:
+            with open(logs[0], "ab") as out, open(logs[1], "ab") as err:
                 proc = subprocess.Popen(["/bin/sh", "-c", WRAPPER, pidfile] + list(t.attributes["argv"]),
-                                        cwd=cwd, env=self._env(t, workdir), stdin=subprocess.DEVNULL,
-                                        stdout=out, stderr=err, start_new_session=True,
-                                        close_fds=True)
+                                        cwd=cwd, env=self._env(t, workdir, account),
+                                        stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                        start_new_session=True, close_fds=True, **as_account)
         except OSError as e:
             return Outcome("failed", "cannot start %s: %s" % (t.attributes["argv"][0], e.strerror))
         with self._lock:
@@ -347,7 +383,9 @@ class LocalRunner:
                                   self.settings.limits.max_log_bytes)
             return ended
         if t.type == "file":
-            return None if self._file_exists(t) else Outcome("failed", "file was removed")
+            full = self._file_path(t)
+            return None if full and confine.exists(self.app_dir(t.app_id), str(t.attributes["path"])) \
+                else Outcome("failed", "file was removed")
         if t.type == "probe":
             try:
                 problem = probe(t.attributes, self.settings.probe_networks)
@@ -374,9 +412,9 @@ class LocalRunner:
             full = self._file_path(t)
             if full:
                 try:
-                    files.remove(self.root, self._app_parts(t.app_id), str(t.attributes["path"]))
-                except files.UnsafePath as e:
-                    return Outcome("stopped", "left %s: %s" % (full, e))
+                    confine.remove_file(self.app_dir(t.app_id), str(t.attributes["path"]))
+                except (FileNotFoundError, Escape):
+                    pass
                 except OSError as e:
                     # still stopped (a failure is no way out of stopping): say what was left
                     return Outcome("stopped", "cannot remove %s: %s" % (full, e.strerror))
@@ -468,8 +506,8 @@ def readiness(ready: dict, workdir: str, networks: tuple[str, ...],
     if "http" in ready:
         return _http(str(ready["http"]), 1.0, networks)
     if "file" in ready:
-        path = os.path.join(workdir, str(ready["file"]))
-        return None if os.path.exists(path) else "file %s does not exist" % ready["file"]
+        return None if confine.exists(workdir, str(ready["file"])) \
+            else "file %s does not exist" % ready["file"]
     if "log" in ready:
         if follower is not None and follower.seen():
             return None

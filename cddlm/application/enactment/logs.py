@@ -9,6 +9,9 @@ the new end). A log therefore holds at most about twice its cap, plus what is wr
 period. The capper spends at most a tenth of a core looking: with many components its period
 grows.
 
+Logs are opened through ``confine`` (no link followed, no FIFO or device opened): a component
+may replace its own log with anything.
+
 A readiness check waiting for a line (``log: PATTERN``) reads each log with a ``Follower``:
 from where it stopped, at most ``CHUNK`` bytes per look, a partial last line carried to the
 next look, starting again at the beginning of a file that was rotated or truncated. The
@@ -21,6 +24,8 @@ import logging
 import os
 import threading
 import time
+
+from cddlm.application.enactment import confine
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +49,8 @@ class Follower:
 
     def _look(self, name: str) -> bool:
         try:
-            fd = os.open(os.path.join(self.workdir, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
+            fd = _open(self.workdir, name, os.O_RDONLY)
+        except (confine.Escape, OSError):
             return False
         try:
             info = os.fstat(fd)
@@ -71,28 +76,37 @@ class Follower:
         return bool(complete) and self.pattern.search(complete) is not None
 
 
-def rotate(path: str, cap: int) -> bool:
-    """When ``path`` holds more than ``cap`` bytes: keep its last ``cap`` as ``path.1`` and
-    truncate it. Returns whether it did."""
+def _open(folder: str, name: str, flags: int) -> int:
+    """``folder/name``, a regular file of its own, opened without following a link."""
+    dir_fd = confine.open_dir(folder, [], False)
     try:
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
+        return confine.open_file(dir_fd, name, flags)
+    finally:
+        os.close(dir_fd)
+
+
+def rotate(path: str, cap: int) -> bool:
+    """When ``path`` holds more than ``cap`` bytes: keep its last ``cap`` as ``path.1`` (the
+    log's owner's) and truncate it. Returns whether it did."""
+    folder, name = os.path.split(path)
+    try:
+        fd = _open(folder, name, os.O_RDWR)
+    except (confine.Escape, OSError):
         return False
     try:
-        size = os.fstat(fd).st_size
-        if size <= cap:
+        info = os.fstat(fd)
+        if info.st_size <= cap:
             return False
-        tail = os.pread(fd, cap, size - cap)
+        tail = os.pread(fd, cap, info.st_size - cap)
         cut = tail.find(b"\n") + 1      # start the kept part at a line
         tail = tail[cut:] if 0 < cut < len(tail) else tail
-        tmp = path + ".1.tmp"
-        with open(tmp, "wb") as out:
-            out.write(tail)
-        os.replace(tmp, path + ".1")
+        owner = None if info.st_uid == os.geteuid() else \
+            confine.Account("", info.st_uid, info.st_gid, "")
+        confine.write_file(folder, name + ".1", tail, 0o600, owner)
         os.ftruncate(fd, 0)
         return True
-    except OSError as e:
-        log.warning("cannot rotate %s: %s", path, e.strerror)
+    except (confine.Escape, OSError) as e:
+        log.warning("cannot rotate %s: %s", path, e)
         return False
     finally:
         os.close(fd)

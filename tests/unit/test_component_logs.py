@@ -1,42 +1,31 @@
-"""The file component's no-follow file system work, and capped, followed component logs."""
+"""Components' logs: capped and rotated, followed from where they were read, never through a link."""
 
 from __future__ import annotations
 
 import os
 import time
 
-import pytest
-
-from cddlm.application.enactment import files, logs
+from cddlm.application.enactment import logs
 from cddlm.budget import user_regex
 
 
-def test_files_are_written_replaced_and_removed_without_following_links(tmp_path):
-    root = tmp_path / "host"
-    (root / "apps" / "a").mkdir(parents=True)
+def test_logs_replaced_by_links_or_fifos_are_neither_followed_nor_opened(tmp_path):
     victim = tmp_path / "victim"
-    victim.write_text("precious")
-    os.symlink(victim, root / "apps" / "a" / "f.txt")
-    os.symlink(victim, root / "apps" / "a" / "f.txt.cddlm-tmp")
-    path = files.write(str(root), ["apps", "a"], "f.txt", b"new", 0o640)
-    assert victim.read_text() == "precious" and open(path).read() == "new"
-    assert oct(os.stat(path).st_mode & 0o777) == "0o640"
-    assert files.exists(str(root), ["apps", "a"], "f.txt")
-    files.write(str(root), ["apps", "a"], "deep/er/g.txt", b"x", 0o600)      # folders made
-    # a directory on the way replaced by a link: refused, and nothing behind it is touched
-    os.rename(root / "apps" / "a" / "deep", tmp_path / "moved")
-    os.symlink(tmp_path / "moved", root / "apps" / "a" / "deep")
-    with pytest.raises(files.UnsafePath):
-        files.write(str(root), ["apps", "a"], "deep/er/g.txt", b"y", 0o600)
-    with pytest.raises(files.UnsafePath):
-        files.remove(str(root), ["apps", "a"], "deep/er/g.txt")
-    assert not files.exists(str(root), ["apps", "a"], "deep/er/g.txt")
-    assert (tmp_path / "moved" / "er" / "g.txt").read_text() == "x"
-    files.remove(str(root), ["apps", "a"], "f.txt")
-    assert not os.path.lexists(path)
-    for bad in ("/etc/passwd", "../x", "a/../../x", ""):
-        with pytest.raises(files.UnsafePath):
-            files.write(str(root), ["apps", "a"], bad, b"", 0o600)
+    victim.write_text("ready\n" + "x" * 5000)
+    work = tmp_path / "c"
+    work.mkdir()
+    os.symlink(victim, work / "stdout.log")
+    os.mkfifo(work / "stderr.log")
+    started = time.monotonic()
+    assert not logs.Follower(str(work), user_regex("(?m)^ready$", 100)).seen()
+    assert not logs.rotate(str(work / "stdout.log"), 100)
+    assert not logs.rotate(str(work / "stderr.log"), 100)
+    assert time.monotonic() - started < 1 and victim.read_text().startswith("ready")
+    os.unlink(work / "stdout.log")
+    (work / "stdout.log").write_text("y" * 5000 + "\n")
+    os.symlink(victim, work / "stdout.log.1")      # planted where the rotated part goes
+    assert logs.rotate(str(work / "stdout.log"), 100)
+    assert victim.read_text().startswith("ready") and not (work / "stdout.log.1").is_symlink()
 
 
 def test_a_follower_reads_only_what_is_new_and_restarts_after_rotation(tmp_path):
