@@ -97,10 +97,6 @@ def _check_process(path: str, attrs: dict, limits: Limits) -> None:
     argv = attrs.get("argv")
     if isinstance(argv, list) and not argv:
         raise DescriptorError("argv must not be empty", kind="invalid-attribute", path=path + "/argv")
-    cwd = attrs.get("cwd")
-    if isinstance(cwd, str) and (cwd.startswith("/") or ".." in cwd.split("/")):
-        raise DescriptorError("cwd %r must be a path inside the component's directory" % _short(cwd),
-                              kind="invalid-attribute", path=path + "/cwd")
     ready = attrs.get("readiness")
     if isinstance(ready, dict):
         where = path + "/readiness"

@@ -203,7 +203,7 @@ class LocalRunner:
             full = self._file_path(t)
             if full is None or not confine.exists(self.app_dir(t.app_id), str(t.attributes["path"])):
                 return Outcome("failed", "file %s is missing" % t.attributes.get("path"))
-            return Outcome("running", runtime={"location": self._file_path(t), "host": self.host})
+            return Outcome("running", runtime={"location": full, "host": self.host})
         if t.type == "probe":
             deadline = time.monotonic() + max(5.0, 5 * float(t.attributes.get("timeout") or 2))
             while True:
