@@ -68,9 +68,10 @@ class Portal:
         self.engine.on_events.append(self.delivery.wake)
         self.subscriptions.on_change.append(self.delivery.wake)
         notify = SubscriptionHandlers(self.subscriptions)
-        self.handlers = Handlers(self.service, time.time(), notify)
+        self.views = Views(self.service)
+        self.handlers = Handlers(self.service, time.time(), notify, self.views)
         portal_ep, app_ep = self.handlers.endpoints()
-        self.dashboard = Dashboard(Views(self.service), settings, self.portal_url)
+        self.dashboard = Dashboard(self.views, settings, self.portal_url)
         self.wsgi = wsgi.build({"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep,
                                 "/cddlm/subscriptions": notify.manager_endpoint()},
                                settings.limits, self.portal_url, self.dashboard)

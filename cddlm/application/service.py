@@ -27,6 +27,7 @@ from cddlm.application.hosts import Hosts
 from cddlm.application.loader import Loader
 from cddlm.application.placing import Placer
 from cddlm.application.store import Store
+from cddlm.application.views import readiness_wait
 from cddlm.application.tables import components as components_table, hosts as hosts_table
 from cddlm.config import Settings
 from cddlm.errors import (BadArgument, DeploymentFailed, NoSuchApplication, ResolutionError, ResourceUnknown,
@@ -439,6 +440,14 @@ class Service:
     def ping(self, app_id: str) -> Ping:
         health = self.engine.check_app(app_id) if self.engine is not None else []
         app = self.get(app_id)
+        if app.deployment and any(h["state"] == states.STARTING for h in health):
+            # what a starting process waits for (its readiness), for progress displays
+            tree, now = self.engine.tree(app), self.clock()
+            with self.store.read() as conn:
+                rows = {c.path: c for c in repo.get_components(conn, app_id)}
+            for h in health:
+                if h["path"] in rows:
+                    h.update(readiness_wait(tree, rows[h["path"]], now) or {})
         return Ping(app.state, app.state_info, app.termination_info, health)
 
     def resolve(self, app_id: str, path: str) -> Any:
