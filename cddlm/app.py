@@ -112,6 +112,26 @@ class Portal:
         self.engine.stop()
         self.store.dispose()
 
+    def summary(self) -> dict:
+        """What a starting portal says about itself: its store (password hidden), its hosts,
+        and the running components of its local hosts it re-adopted."""
+        from sqlalchemy import func, select
+        from sqlalchemy.engine import make_url
+        from cddlm.application import repository as repo
+        from cddlm.application.enactment import states
+        from cddlm.application.tables import components
+        local = [h.name for h in self.hosts.hosts.values() if h.local]
+        with self.store.read() as conn:
+            running, apps = conn.execute(
+                select(func.count(), func.count(components.c.app_id.distinct()))
+                .where(components.c.observed == states.RUNNING, components.c.pid.is_not(None),
+                       components.c.host.in_(local))).one()
+            down = repo.down_hosts(conn)
+        return {"store": make_url(self.settings.database_url).render_as_string(hide_password=True),
+                "hosts": [{"name": h.name, "agent": h.agent, "down": h.name in down}
+                          for h in self.hosts.hosts.values()],
+                "running": running, "applications": apps}
+
     def server_options(self) -> httpserver.ServerOptions:
         s = self.settings
         return httpserver.ServerOptions(

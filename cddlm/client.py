@@ -171,7 +171,7 @@ class Portal:
                 error = e
         else:
             raise Unreachable("cannot reach the portal at %s: %s" % (self.url, error),
-                              sent=not _refused(error)) from None
+                              sent=not _refused(error)) from error
         self._bind(candidate)
         if failover:
             self.refresh_peers()
