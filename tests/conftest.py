@@ -173,15 +173,19 @@ class LivePortal:
                "--state-dir", str(self.state_dir)] + self.extra
         if self.db:
             cmd += ["--db", self.db]
-        self.log = open(self.state_dir.parent / ("portal-%d.log" % time.time_ns()), "wb")
+        self.log_path = self.state_dir.parent / ("portal-%d.log" % time.time_ns())
+        self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT)
         deadline = time.monotonic() + timeout
         line = b""
+        self.banner: list[str] = []       # what it printed before it was ready
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if line.startswith(b"portal ready at "):
                 self.url = line.decode().split("portal ready at ", 1)[1].strip()
                 return self
+            if line:
+                self.banner.append(line.decode().rstrip("\n"))
             if not line and self.proc.poll() is not None:
                 break
         self.stop()
