@@ -144,7 +144,7 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     props = common.properties(args.property)
     options = common.option_pairs(args.option)
     language = args.language or descriptors.guess_language(args.file)
-    lang = registry.get(language)
+    registry.get(language)      # an unknown language is a mistake found here
     try:
         data = pathlib.Path(args.file).read_bytes()
     except OSError as e:
