@@ -22,7 +22,7 @@ def setup_logging(state_dir: str, level: str) -> str:
     ``level``. Returns the file's path."""
     from logging.handlers import RotatingFileHandler
     wanted = getattr(logging, level.upper())
-    os.makedirs(state_dir, exist_ok=True)
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
     path = os.path.abspath(os.path.join(state_dir, LOG_FILE))
     to_file = RotatingFileHandler(path, maxBytes=LOG_BYTES, backupCount=LOG_KEEP, encoding="utf-8")
     to_file.setLevel(min(wanted, logging.INFO))
