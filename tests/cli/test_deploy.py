@@ -18,7 +18,10 @@ SLOW_READY = {"log": "never printed", "timeout": "8"}
 
 
 def names(url: str) -> list[str]:
-    return cddlm("ls", "-q", portal=url).stdout.split()
+    """The names of the applications (read in process: what is checked here is the portal)."""
+    portal = Portal(url)
+    return [(el.text or "").strip() for app in portal.applications()
+            for el in app.property_many("name")]
 
 
 def test_mistakes_found_before_create_create_nothing(shared_portal, tmp_path):
