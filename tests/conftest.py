@@ -178,14 +178,11 @@ class LivePortal:
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT)
         deadline = time.monotonic() + timeout
         line = b""
-        self.banner: list[str] = []       # what it printed before it was ready
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if line.startswith(b"portal ready at "):
                 self.url = line.decode().split("portal ready at ", 1)[1].strip()
                 return self
-            if line:
-                self.banner.append(line.decode().rstrip("\n"))
             if not line and self.proc.poll() is not None:
                 break
         self.stop()

@@ -86,9 +86,10 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
 
     def ready(url: str) -> None:
+        # the banner is for people (stderr); stdout says only the one line tools wait for
         for line in banner(portal, log_path):
             log.info(line.strip())
-            print(line)
+            print(line, file=sys.stderr, flush=True)
         log.info("portal ready at %s", url)
         print("portal ready at %s" % url, flush=True)
 

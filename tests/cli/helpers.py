@@ -4,6 +4,7 @@ loopback, with stdout not a terminal (or, with ``tty=True``, a pseudo-terminal).
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -33,10 +34,14 @@ def cddlm(*args: str, portal: str | None = None, check: bool = True, timeout: fl
 
 
 def popen(*args: str, portal: str | None = None, **kwargs) -> subprocess.Popen:
+    """The command in the background, with Ctrl-C (SIGINT) delivered as a terminal would,
+    even when the test runs in a background job (which ignores SIGINT, and passes that on)."""
     kwargs.setdefault("stdout", subprocess.PIPE)
     kwargs.setdefault("stderr", subprocess.PIPE)
     return subprocess.Popen([sys.executable, "-m", "cddlm.cli", *args], env=env_for(portal),
-                            cwd=ROOT, text=True, **kwargs)
+                            cwd=ROOT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                            **kwargs)
 
 
 def process(name: str, argv: list[str], readiness: dict | None = None, extra: str = "") -> str:
@@ -61,3 +66,8 @@ def pid_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+def banner(live_portal) -> list[str]:
+    """What a live portal printed on stderr before it said it was ready (its banner)."""
+    return live_portal.log_path.read_text().splitlines()

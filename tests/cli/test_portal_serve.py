@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 
-from tests.cli.helpers import ROOT, cddlm, env_for
+from tests.cli.helpers import ROOT, banner, cddlm, env_for
 from tests.conftest import LivePortal
 
 
@@ -50,11 +50,11 @@ def test_banner_log_file_and_readoption(tmp_path):
     assert "stopped; the components it started keep running" in log
     lp2 = LivePortal(state).start()
     try:
-        banner = lp2.banner
-        assert banner[0].startswith("cddlm 0.") and banner[0].endswith(" portal")
-        assert "  store:       sqlite:///%s" % (state / "portal.db") in banner
-        assert "  hosts:       localhost (local)" in banner
-        assert "  re-adopted:  2 running components of 1 application" in banner
+        printed = banner(lp2)
+        assert printed[0].startswith("cddlm 0.") and printed[0].endswith(" portal")
+        assert "  store:       sqlite:///%s" % (state / "portal.db") in printed
+        assert "  hosts:       localhost (local)" in printed
+        assert "  re-adopted:  2 running components of 1 application" in printed
         assert "state:   running" in cddlm("status", "kept", portal=lp2.url).stdout
         cddlm("terminate", "kept", portal=lp2.url)
     finally:

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from cddlm.cli import build_parser
-from tests.cli.helpers import ROOT, cddlm, env_for, popen
+from tests.cli.helpers import ROOT, banner, cddlm, env_for, popen
 
 README = (ROOT / "README.md").read_text()
 UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
@@ -65,7 +65,7 @@ def test_the_tour_prints_what_the_readme_shows(live_portal):
     lp = live_portal()
     serve, tour, watch = console_blocks("## A five-minute tour")
     assert serve[0] == "$ make serve"
-    assert shape(lp.banner + ["portal ready at " + lp.url], paths=True) == shape(serve[1:], paths=True)
+    assert shape(banner(lp) + ["portal ready at " + lp.url], paths=True) == shape(serve[1:], paths=True)
     watcher = popen("watch", portal=lp.url, stderr=subprocess.STDOUT)
     seen = [watcher.stdout.readline().rstrip("\n")]           # subscribed: it says so
     try:
