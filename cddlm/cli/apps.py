@@ -73,7 +73,7 @@ def describe(app) -> dict:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    app = common.lookup(common.portal(args), args.app)
+    app = common.application(args)
     d = describe(app)
     if args.json:
         output.emit_json(d)
@@ -110,7 +110,7 @@ def _history(history: list[dict]) -> None:
 
 # -- events -----------------------------------------------------------------------------------
 def cmd_events(args: argparse.Namespace) -> int:
-    app = common.lookup(common.portal(args), args.app)
+    app = common.application(args)
     history = app.events()
     if args.json:
         output.emit_json(history)
@@ -121,7 +121,7 @@ def cmd_events(args: argparse.Namespace) -> int:
 
 # -- resolve ----------------------------------------------------------------------------------
 def cmd_resolve(args: argparse.Namespace) -> int:
-    app = common.lookup(common.portal(args), args.app)
+    app = common.application(args)
     value = app.resolve(args.path)
     if args.json or not isinstance(value, str):
         output.emit_json(value)
@@ -133,7 +133,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 # -- terminate, destroy -----------------------------------------------------------------------
 def cmd_terminate(args: argparse.Namespace) -> int:
     from cddlm.cli.deploy import wait
-    app = common.lookup(common.portal(args), args.app)
+    app = common.application(args)
     app.terminate(args.reason)
     if args.no_wait:
         print("terminating %s" % args.app)
@@ -150,7 +150,7 @@ def cmd_terminate(args: argparse.Namespace) -> int:
 def cmd_destroy(args: argparse.Namespace) -> int:
     from cddlm.cli.deploy import wait
     from cddlm.client import PortalFault
-    app = common.lookup(common.portal(args), args.app)
+    app = common.application(args)
     if args.force and app.state() != "terminated":
         app.terminate("destroy --force")
         wait(app, args.app, "terminated", args.timeout)
@@ -225,7 +225,7 @@ def audit_of(app) -> dict | None:
 
 
 def cmd_audit(args: argparse.Namespace) -> int:
-    audit = audit_of(common.lookup(common.portal(args), args.app))
+    audit = audit_of(common.application(args))
     if args.json:
         output.emit_json(audit)
         return 0

@@ -86,6 +86,11 @@ def add_app_argument(parser: argparse.ArgumentParser, **kwargs) -> None:
                         "the bare UUID or an unambiguous prefix of it", **kwargs)
 
 
+def application(args: argparse.Namespace):
+    """The application a command's APP names, on the portal its --portal names."""
+    return lookup(portal(args), args.app)
+
+
 def lookup(portal, app: str):
     """The application ``app`` names: by name first, then by id (with or without
     ``urn:uuid:``), then by an unambiguous prefix of its id."""

@@ -229,8 +229,7 @@ def _stem(file: str) -> str:
 
 # -- run --------------------------------------------------------------------------------------
 def cmd_run(args: argparse.Namespace) -> int:
-    portal = common.portal(args)
-    app = common.lookup(portal, args.app)
+    app = common.application(args)
     label = _name(app) or app.id
     app.run()
     return bring_up(app, label, "running", args)

@@ -18,7 +18,7 @@ STATE_EVERY = 2.0       # seconds between checks whether the application has ter
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    app = common.lookup(common.portal(args), args.app)
+    app = common.application(args)
     stream = "stderr" if args.stderr else "stdout"
     if args.component:
         paths = [args.component.strip("/")]

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 from tests.cli.helpers import ROOT, banner, cddlm, env_for
-from tests.conftest import LivePortal
+from tests.conftest import LivePortal, kill_leftovers
 
 
 def serve(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -43,6 +43,9 @@ def test_banner_log_file_and_readoption(tmp_path):
     lp = LivePortal(state).start()
     try:
         cddlm("deploy", "examples/hello.xml", "--name", "kept", "--settle", "0", portal=lp.url)
+    except BaseException:
+        kill_leftovers(tmp_path)
+        raise
     finally:
         lp.stop()
     log = (state / "portal.log").read_text()
@@ -59,6 +62,7 @@ def test_banner_log_file_and_readoption(tmp_path):
         cddlm("terminate", "kept", portal=lp2.url)
     finally:
         lp2.stop()
+        kill_leftovers(tmp_path)
     assert (state / "portal.log").read_text().count("portal ready at") == 2
 
 
