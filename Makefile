@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: serve test install clean
+.PHONY: serve test soak install clean
 
 install: $(STAMP)
 
@@ -20,6 +20,12 @@ serve: install
 
 test: install
 	$(BIN)/python -m pytest $(ARGS)
+
+# the property tests at length: random seeds, EXAMPLES examples per test (ARGS="--hypothesis-seed=N"
+# replays one run)
+EXAMPLES ?= 500
+soak: install
+	CDDLM_HYPOTHESIS_PROFILE=soak CDDLM_SOAK_EXAMPLES=$(EXAMPLES) $(BIN)/python -m pytest tests/property -p no:cacheprovider $(ARGS)
 
 clean:
 	rm -rf $(VENV) cddlm-state .pytest_cache

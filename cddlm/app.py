@@ -1,15 +1,18 @@
 """The composition root: settings in, a running portal out.
 
 It wires the store (and its migrations), the hosts, the enactment engine, the use cases, the
-notification machinery, the SOAP endpoints and the scheduler (the only user of APScheduler),
-and serves them with the HTTP server of ``httpserver`` (granian).
+notification machinery, the users and the authenticator, the SOAP endpoints and the scheduler
+(the only user of APScheduler), and serves them with the HTTP server of ``httpserver``
+(granian). ``exposure`` decides whether the settings are safe to start with.
 """
 
 from __future__ import annotations
 
 import gc
+import ipaddress
 import logging
 import os
+import pwd
 import socket
 import threading
 import time
@@ -20,12 +23,16 @@ from cddlm.application.enactment.engine import Engine
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
 from cddlm.application.store import Store
+from cddlm.application.tenancy import Accounts
+from cddlm.application.users import Directory
 from cddlm.application.views import Views
 from cddlm.config import Settings
+from cddlm.errors import ConfigurationError
 from cddlm.notify.delivery import Delivery
 from cddlm.notify.messages import portal_address
 from cddlm.notify.subscriptions import Subscriptions
 from cddlm.portal import wsgi
+from cddlm.portal.auth import Authenticator
 from cddlm.portal.handlers import Handlers
 from cddlm.portal.subscriptions import SubscriptionHandlers
 from cddlm.web.app import Dashboard
@@ -45,19 +52,102 @@ def load_hosts(settings: Settings) -> Hosts:
     return Hosts.from_datacenter(load_data_file(settings.datacenter_file))
 
 
+def is_loopback(host: str) -> bool:
+    if host.strip("[]").lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _account(name: str) -> pwd.struct_passwd | None:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        return None
+
+
+def exposure(settings: Settings) -> list[str]:
+    """Refuse settings that would expose the portal (``ConfigurationError``, saying what to
+    do); return the warnings to print loudly for those ``--insecure`` lets through."""
+    sec = settings.security
+    warnings = []
+    exposed = not is_loopback(settings.host)
+    missing = [what for what, ok in (("a users file (--users)", sec.users_file),
+                                     ("TLS (--tls-cert and --tls-key)", settings.tls_cert)) if not ok]
+    if exposed and missing:
+        text = ("listening on %s without %s lets anyone who reaches the port %s" % (
+            settings.host, " and ".join(missing),
+            "run any command on this machine as the portal's user" if not sec.users_file
+            else "read the passwords sent to it"))
+        if not sec.insecure:
+            raise ConfigurationError(
+                "refusing to start: %s. Create users with `cddlm user add NAME --users FILE`, "
+                "give --users FILE --tls-cert PEM --tls-key PEM (or listen on 127.0.0.1 behind a "
+                "TLS reverse proxy), or pass --insecure to do it anyway" % text)
+        warnings.append("INSECURE: %s (--insecure)" % text)
+    root = os.geteuid() == 0
+    if sec.run_as:
+        fixed = "{user}" not in sec.run_as
+        account = _account(sec.run_as) if fixed else None
+        if fixed and account is None:
+            raise ConfigurationError("--run-as %s: no such account on this machine" % sec.run_as)
+        if account is not None and account.pw_uid == 0:
+            raise ConfigurationError("--run-as %s is root; give an unprivileged account" % sec.run_as)
+        if not root and (account is None or account.pw_uid != os.geteuid()):
+            raise ConfigurationError("--run-as needs the portal to run as root (it switches to "
+                                     "that account for each component)")
+    elif root and sec.users_file:
+        text = ("components would run as root, the portal's own account; give --run-as "
+                "ACCOUNT (an unprivileged account, or a pattern such as 'cddlm-{user}')")
+        if not sec.insecure:
+            raise ConfigurationError("refusing to start: " + text + ", or pass --insecure")
+        warnings.append("INSECURE: " + text + " (--insecure)")
+    return warnings
+
+
+def _check_reachable(folder: str) -> None:
+    """The accounts components run as must be able to pass through every folder above their
+    own (``o+x``), though not list them."""
+    path = os.path.abspath(folder)
+    while True:
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            mode = None
+        if mode is not None and not mode & 0o001:
+            raise ConfigurationError(
+                "--run-as: the components' accounts cannot reach their directories below %s: %s "
+                "has mode %o (others need x: chmod o+x %s, or choose another --state-dir or "
+                "--hosts-dir)" % (folder, path, mode & 0o7777, path))
+        parent = os.path.dirname(path)
+        if parent == path:
+            return
+        path = parent
+
+
 class Portal:
     """Everything one portal process runs. ``start()`` begins enactment and scheduling;
     ``wsgi`` is the WSGI application; ``serve()`` runs it on a real HTTP server."""
 
     def __init__(self, settings: Settings, *, clock: Callable[[], float] = time.time):
         self.settings = settings
+        self.warnings = exposure(settings)
+        for warning in self.warnings:
+            log.warning(warning)
+        sec = settings.security
+        self.users = Directory(sec.users_file, sec.credential_cache) if sec.users_file else None
         os.makedirs(settings.state_dir, exist_ok=True)
+        if sec.run_as:
+            _check_reachable(settings.hosts_root)
         scheme = "https" if settings.tls_cert else "http"
         self.url = settings.public_url or "%s://%s:%d" % (scheme, settings.host, settings.port)
         self.store = Store(settings.database_url)
         self.store.migrate()
         self.hosts = load_hosts(settings)
         self.engine = Engine(self.store, settings, self.hosts, clock=clock, url=self.url)
+        self.engine.accounts = Accounts(sec.run_as, self.users.account if self.users else lambda _: None)
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)
         # notifications: the use cases, the delivery workers, and who wakes them
         self.subscriptions = Subscriptions(self.store, settings, clock=clock)
@@ -71,10 +161,14 @@ class Portal:
         self.views = Views(self.service)
         self.handlers = Handlers(self.service, time.time(), notify, self.views)
         portal_ep, app_ep = self.handlers.endpoints()
-        self.dashboard = Dashboard(self.views, settings, self.portal_url)
+        self.authenticator = Authenticator(self.users, self.store, sec, clock=clock)
+        local = self.users is None
+        self.dashboard = Dashboard(self.views, settings, self.portal_url,
+                                   None if local else self.authenticator.http)
         self.wsgi = wsgi.build({"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep,
                                 "/cddlm/subscriptions": notify.manager_endpoint()},
-                               settings.limits, self.portal_url, self.dashboard)
+                               settings.limits, self.portal_url, self.dashboard,
+                               None if local else self.authenticator.soap)
         self.scheduler = None
         self.server: httpserver.HttpServer | None = None
         self._stopped = threading.Event()
@@ -94,6 +188,8 @@ class Portal:
         self.scheduler.add_job(self.engine.check_all, "interval", seconds=self.settings.liveness_interval,
                                id="liveness", max_instances=1, coalesce=True)
         self.scheduler.add_job(self.service.expire, "interval", seconds=1.0, id="termination-time",
+                               max_instances=1, coalesce=True)
+        self.scheduler.add_job(self.authenticator.prune, "interval", seconds=60.0, id="nonces",
                                max_instances=1, coalesce=True)
         self.scheduler.start()
         # everything built so far lives as long as the portal: keep it out of the collector's

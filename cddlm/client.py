@@ -20,6 +20,15 @@ that may have reached the dead portal is repeated only when repeating it is harm
 lookup, rebind, terminate, ping ...); create, initialize, run, destroy and subscribe are
 repeated only when the connection was refused, so they never happen twice.
 
+Credentials and TLS: a portal with users (README, "Running on a network") wants HTTP Basic
+credentials or a bearer token on every request, and over https the client verifies the
+portal's certificate (against ``Tls.ca_file``, else the system's CAs; never not at all) and may
+present its own (mutual TLS, as portals delegating to each other do)::
+
+    portal = Portal(url, credentials=Credentials("alice", password="..."),
+                    tls=Tls(ca_file="ca.pem", cert="me.pem", key="me.key"))
+    portal = Portal.from_environment()    # $CDDLM_PORTAL, $CDDLM_USER ... or the config file
+
 Notifications arrive at a ``Listener`` (``cddlm.listener``, re-exported here):
 
     with Listener() as listener:
@@ -31,8 +40,12 @@ Notifications arrive at a ``Listener`` (``cddlm.listener``, re-exported here):
 
 from __future__ import annotations
 
+import copy
+import os
+import stat
 import time
-from dataclasses import dataclass
+import tomllib
+from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 import requests
@@ -41,13 +54,14 @@ from lxml import etree
 from zeep.transports import Transport
 
 from cddlm import ns, wsa, xmlsafe
+from cddlm.config import DEFAULT_PORTAL
 from cddlm.errors import ClientError
 from cddlm.listener import Event, Listener
 from cddlm.notify.messages import MANAGER_PATH, PORTAL_PATH
 from cddlm.notify.topics import topic_element
 
-__all__ = ["Application", "Event", "Listener", "Portal", "PortalFault", "Reference", "Subscription",
-           "Unreachable"]
+__all__ = ["Application", "ClientConfig", "Credentials", "Event", "Listener", "Portal", "PortalFault",
+           "Reference", "Subscription", "Tls", "Unreachable"]
 
 A = "{%s}" % ns.API
 APP_BINDING = "{%s}ApplicationBinding" % ns.API_WSDL
@@ -96,6 +110,110 @@ def _refused(e: BaseException | None) -> bool:
             inner = e.args[0] if e.args and isinstance(e.args[0], BaseException) else None
         e = inner or e.__cause__ or e.__context__
     return False
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """Who the client is: a user and password (sent as HTTP Basic) or a bearer token."""
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+    token: str | None = field(default=None, repr=False)
+
+    def apply(self, session: requests.Session) -> None:
+        if self.user and self.password is not None:
+            session.auth = (self.user, self.password)
+        elif self.token:
+            session.headers["Authorization"] = "Bearer " + self.token
+
+
+@dataclass(frozen=True)
+class Tls:
+    """How the client speaks TLS: the CAs it trusts for the portal's certificate (None: the
+    system's), and its own certificate and key for mutual TLS."""
+    ca_file: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def apply(self, session: requests.Session) -> None:
+        if self.ca_file:
+            if not os.path.isfile(self.ca_file):
+                raise ClientError("the CA file %s does not exist" % self.ca_file)
+            session.verify = self.ca_file
+            # requests lets $REQUESTS_CA_BUNDLE override a session's own CAs: not these
+            session.mount("https://", _TrustOnly(self.ca_file))
+        elif session.verify is False:      # never silently unverified
+            session.verify = True
+        if self.cert:
+            session.cert = (self.cert, self.key) if self.key else self.cert
+
+
+class _TrustOnly(requests.adapters.HTTPAdapter):
+    """HTTPS verified against one CA file, whatever the environment says."""
+
+    def __init__(self, ca_file: str):
+        super().__init__()
+        self.ca_file = ca_file
+
+    def send(self, request, **kwargs):
+        kwargs["verify"] = self.ca_file
+        return super().send(request, **kwargs)
+
+
+CONFIG_KEYS = {"portal", "user", "password", "token", "ca_file", "client_cert", "client_key"}
+
+
+@dataclass(frozen=True)
+class ClientConfig:
+    """Where and how to reach a portal, from (in this order) what is given, the environment
+    (``CDDLM_PORTAL``, ``CDDLM_USER``, ``CDDLM_PASSWORD``, ``CDDLM_TOKEN``, ``CDDLM_CA_FILE``,
+    ``CDDLM_CLIENT_CERT``, ``CDDLM_CLIENT_KEY``) and the config file (``$CDDLM_CONFIG``, else
+    ``~/.config/cddlm/client.toml``: the same keys in lower case without the prefix). A config
+    file holding a password or token must be readable by its owner only (mode 0600)."""
+    portal: str
+    credentials: Credentials
+    tls: Tls
+
+    @classmethod
+    def load(cls, portal: str | None = None, user: str | None = None, ca_file: str | None = None,
+             client_cert: str | None = None, client_key: str | None = None,
+             environ: dict | None = None) -> "ClientConfig":
+        env = os.environ if environ is None else environ
+        path = env.get("CDDLM_CONFIG") or os.path.join(
+            env.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config"),
+            "cddlm", "client.toml")
+        found = _config_file(path, explicit=bool(env.get("CDDLM_CONFIG")))
+
+        def pick(given: str | None, key: str) -> str | None:
+            return given or env.get("CDDLM_" + key.upper()) or found.get(key)
+
+        who = pick(user, "user")
+        password = env.get("CDDLM_PASSWORD") or (found.get("password") if found.get("user") in (None, who)
+                                                 else None)
+        return cls(pick(portal, "portal") or DEFAULT_PORTAL,
+                   Credentials(who, password, env.get("CDDLM_TOKEN") or found.get("token")),
+                   Tls(pick(ca_file, "ca_file"), pick(client_cert, "client_cert"),
+                       pick(client_key, "client_key")))
+
+
+def _config_file(path: str, explicit: bool) -> dict:
+    try:
+        st = os.stat(path)
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        if explicit:
+            raise ClientError("the config file %s does not exist" % path) from None
+        return {}
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ClientError("cannot read the config file %s: %s" % (path, e)) from None
+    unknown = set(data) - CONFIG_KEYS
+    if unknown:
+        raise ClientError("the config file %s has unknown keys: %s (known: %s)"
+                          % (path, ", ".join(sorted(unknown)), ", ".join(sorted(CONFIG_KEYS))))
+    if (data.get("password") or data.get("token")) and st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise ClientError("the config file %s holds a secret but others may read it (mode %o): "
+                          "chmod 600 %s" % (path, stat.S_IMODE(st.st_mode), path))
+    return {k: str(v) for k, v in data.items()}
 
 
 @dataclass(frozen=True)
@@ -152,12 +270,17 @@ def options_arg(options: dict[str, Any] | None, must_understand: Iterable[str] =
 
 class Portal:
     """A portal, and the live peers sharing its store (``peers``, from ``ext:portals``; also
-    ``fallbacks`` given here), to fail over to (``failover=False``: never)."""
+    ``fallbacks`` given here), to fail over to (``failover=False``: never). ``credentials`` and
+    ``tls`` say who the client is and how it checks the portal (module docstring)."""
 
     def __init__(self, url: str, timeout: float = 30.0, session: requests.Session | None = None,
-                 *, fallbacks: Iterable[str] = (), failover: bool = True):
+                 *, fallbacks: Iterable[str] = (), failover: bool = True,
+                 credentials: Credentials | None = None, tls: Tls | None = None):
         self.url = url.rstrip("/")
         self.session = session or requests.Session()
+        (tls or Tls()).apply(self.session)
+        if credentials is not None:
+            credentials.apply(self.session)
         self.transport = Transport(session=self.session, timeout=timeout, operation_timeout=timeout)
         self.failover_enabled = failover
         self.fallbacks = [f.rstrip("/") for f in fallbacks]
@@ -167,6 +290,10 @@ class Portal:
             try:
                 self.zeep = zeep.Client(candidate + "?wsdl", transport=self.transport)
                 break
+            except requests.exceptions.SSLError as e:
+                raise Unreachable("cannot reach the portal at %s over TLS: %s (is its certificate "
+                                  "signed by a CA you trust? --ca-file / Tls(ca_file=...))"
+                                  % (candidate, _reason(e))) from e
             except (requests.RequestException, OSError) as e:
                 error = e
         else:
@@ -175,6 +302,12 @@ class Portal:
         self._bind(candidate)
         if failover:
             self.refresh_peers()
+
+    @classmethod
+    def from_environment(cls, config: ClientConfig | None = None, **kwargs) -> "Portal":
+        """The portal the environment and the config file name, with their credentials and TLS."""
+        config = config or ClientConfig.load()
+        return cls(config.portal, credentials=config.credentials, tls=config.tls, **kwargs)
 
     def _bind(self, url: str) -> None:
         self.url = url
@@ -341,8 +474,17 @@ def _raise_fault(body: etree._Element) -> None:
     if fault is not None:
         detail = fault.find("detail")
         el = detail[0] if detail is not None and len(detail) else None
-        raise PortalFault(etree.QName(el).localname if el is not None else "Fault",
+        code = (fault.findtext("faultcode") or "Fault").strip().rpartition(":")[2]
+        raise PortalFault(etree.QName(el).localname if el is not None else code,
                           fault.findtext("faultstring") or "fault", el)
+
+
+def _reason(e: BaseException) -> str:
+    """The innermost message of a requests/urllib3 error (its outer layers repeat the URL)."""
+    while e.args and isinstance(e.args[0], BaseException):
+        e = e.args[0]
+    inner = getattr(e, "reason", None)
+    return str(inner if inner is not None else e)
 
 
 def _get_property(portal: Portal, service: Any, address: str, namespace: str,
@@ -404,7 +546,9 @@ class Application:
                    options: dict[str, Any] | None = None) -> None:
         descriptor: dict[str, Any] = {"language": language}
         if body is not None:
-            descriptor["body"] = {"_value_1": body}
+            # zeep moves the element into its envelope: a copy leaves the caller's tree alone
+            # (and lets two threads send one element at once)
+            descriptor["body"] = {"_value_1": copy.deepcopy(body)}
         elif text is not None:
             descriptor["text"] = text
         else:

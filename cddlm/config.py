@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 
 MiB = 1024 * 1024
+DEFAULT_PORTAL = "http://127.0.0.1:8080/cddlm/portal"     # where clients look without being told
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,30 @@ class DashboardLimits:
 
 
 @dataclass(frozen=True)
+class Quotas:
+    """Per-owner limits on what a user (not an administrator) may hold; exceeding one is an
+    ``api:QuotaExceededFault`` and changes nothing."""
+
+    applications: int = 100                 # applications not destroyed (terminated ones count)
+    components: int = 1_000                 # components in one application
+    descriptor_bytes: int = 1 * MiB         # a descriptor's text (inline or fetched)
+    subscriptions: int = 100                # subscriptions that still deliver (not ended/expired)
+
+
+@dataclass(frozen=True)
+class Security:
+    """Who may use the portal (README: "Running on a network")."""
+
+    users_file: str | None = None           # principals; None: local mode (loopback only)
+    run_as: str | None = None               # OS account components run as ({user}: the owner)
+    insecure: bool = False                  # allow a non-loopback address without users and TLS
+    token_window: float = 300.0             # seconds a UsernameToken's Created stays acceptable
+    clock_skew: float = 60.0                # seconds a Created may lie in the future
+    failures_per_minute: int = 10           # failed authentications per client address
+    credential_cache: float = 60.0          # seconds a verified password or token is remembered
+
+
+@dataclass(frozen=True)
 class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
@@ -53,6 +78,8 @@ class Settings:
     tls_client_ca: str | None = None        # PEM CA bundle: require client certificates (mTLS)
     limits: Limits = field(default_factory=Limits)
     dashboard: DashboardLimits = field(default_factory=DashboardLimits)
+    security: Security = field(default_factory=Security)
+    quotas: Quotas = field(default_factory=Quotas)
     # enactment
     engine_workers: int = 4
     lease_seconds: float = 30.0              # a claimed work item is another's after this

@@ -23,7 +23,11 @@ zeep, OSError) are translated where they are caught and never leak upward.
     │   ├── TerminationTimeChangeRejected a resource that refuses a new termination time
     │   ├── ResourceNotDestroyed         a resource that cannot be destroyed (the portal)
     │   ├── AddressingError              a WS-Addressing header the portal cannot honour
-    │   └── NotificationError            WS-BaseNotification faults (``fault`` names the wsnt element)
+    │   ├── NotificationError            WS-BaseNotification faults (``fault`` names the wsnt element)
+    │   ├── AuthenticationFailed         no credentials, wrong ones, a replayed or stale token
+    │   │   └── NotAuthorized            authenticated, but the operation is for administrators
+    │   └── QuotaExceeded                the caller's quota (applications, components ...) is used up
+    ├── ConfigurationError               a portal that must not start as configured (not a fault)
     └── ServerError                      the portal's own failure (soapenv:Server)
         ├── DeploymentFailed             enactment failed synchronously
         ├── RemoteFault                  a fault relayed from a delegate portal
@@ -46,6 +50,10 @@ class CddlmError(Exception):
 
 class ClientError(CddlmError):
     """The request was wrong; repeating it unchanged fails again."""
+
+
+class ConfigurationError(CddlmError):
+    """The portal's settings are unsafe or contradictory; it refuses to start."""
 
 
 class ServerError(CddlmError):
@@ -182,6 +190,35 @@ class NotificationError(ClientError):
         super().__init__(message)
         self.fault = fault
         self.children = tuple(children)
+
+
+class AuthenticationFailed(ClientError):
+    """The request is not authenticated (``wsse:FailedAuthentication``): ``status`` is the HTTP
+    status to answer with (401; 429 while the caller's address is rate-limited), ``challenge``
+    the ``WWW-Authenticate`` value and ``retry_after`` the seconds to announce in ``Retry-After``."""
+
+    def __init__(self, message: str, *, status: int = 401, challenge: str | None = None,
+                 retry_after: int | None = None):
+        super().__init__(message)
+        self.status = status
+        self.challenge = challenge
+        self.retry_after = retry_after
+
+
+class NotAuthorized(AuthenticationFailed):
+    """The caller is known but may not do this (administrators only): HTTP 403."""
+
+    def __init__(self, message: str):
+        super().__init__(message, status=403)
+
+
+class QuotaExceeded(ClientError):
+    """A per-owner quota would be exceeded; ``quota`` names it, ``limit`` is its value."""
+
+    def __init__(self, quota: str, limit: int, message: str):
+        super().__init__(message)
+        self.quota = quota
+        self.limit = limit
 
 
 class DeploymentFailed(ServerError):

@@ -21,6 +21,8 @@ WSA = "http://www.w3.org/2005/08/addressing"
 WSA_2004 = "http://schemas.xmlsoap.org/ws/2004/08/addressing"
 WSA_2003 = "http://schemas.xmlsoap.org/ws/2003/03/addressing"
 WSAM = "http://www.w3.org/2007/05/addressing/metadata"
+WSSE = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd"
+WSU = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd"
 
 WSRF_RP = "http://docs.oasis-open.org/wsrf/rp-2"
 WSRF_RL = "http://docs.oasis-open.org/wsrf/rl-2"

@@ -4,8 +4,8 @@ program drives a live portal: create, lookup, a resource property, the applicati
 operations through its EPR (reference parameters as headers), a fault as a typed exception,
 terminate and destroy.
 
-Needs java, javac and the JAX-WS RI jars (Debian: ``apt-get install libjaxws-java``, which
-puts them in /usr/share/java; elsewhere set ``CDDLM_JAXWS_JARS`` to the folder holding
+Needs java, javac and the JAX-WS RI jars (Debian's ``libjaxws-java``, which the test installs
+with apt-get where it runs as root, puts them in /usr/share/java; elsewhere set ``CDDLM_JAXWS_JARS`` to the folder holding
 jaxws-tools.jar, jaxws-rt.jar and their dependencies). Skipped with the reason otherwise.
 """
 
@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.debian import ensure_package
+
 JARS = Path(os.environ.get("CDDLM_JAXWS_JARS", "/usr/share/java"))
 CLIENT = Path(__file__).parent / "java" / "CddlmClient.java"
 GENERATED = Path("org/gridforum/cddlm/deployapi/_2005/_02/wsdl")
@@ -29,10 +31,13 @@ def _toolchain() -> str:
     missing = [tool for tool in ("java", "javac") if shutil.which(tool) is None]
     if missing:
         pytest.skip("%s not found: a JDK (17 or newer) is needed" % " and ".join(missing))
-    jars = [j for j in ("jaxws-tools.jar", "jaxws-rt.jar", "jaxb-api.jar") if not (JARS / j).is_file()]
-    if jars:
-        pytest.skip("the JAX-WS RI jars (%s) are not in %s: apt-get install libjaxws-java, or "
-                    "set CDDLM_JAXWS_JARS" % (", ".join(jars), JARS))
+    needed = ("jaxws-tools.jar", "jaxws-rt.jar", "jaxb-api.jar")
+    present = lambda: all((JARS / j).is_file() for j in needed)
+    reason = None if "CDDLM_JAXWS_JARS" in os.environ and present() else \
+        ensure_package("libjaxws-java", present, "the JAX-WS RI jars (%s) in %s"
+                       % (", ".join(needed), JARS))
+    if reason:
+        pytest.skip(reason + " (or set CDDLM_JAXWS_JARS)")
     return str(JARS / "*")
 
 

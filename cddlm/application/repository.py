@@ -13,10 +13,12 @@ from typing import Any
 
 from sqlalchemy import bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 
 from cddlm import ns
 from cddlm.application import lifecycle
-from cddlm.application.tables import applications, components, events, history, hosts, views, work
+from cddlm.application.tables import (LOCAL_OWNER, applications, components, events, history, hosts,
+                                     nonces, views, work)
 
 LIFECYCLE_TOPIC = ns.LIFECYCLE_TOPIC
 CREATED_TOPIC = ns.CREATED_TOPIC
@@ -56,7 +58,7 @@ class App:
     placement = _Json(None)
     SIMPLE = ("id", "name", "hostname", "state", "desired", "generation", "state_info", "created",
               "started", "terminated", "termination_time", "language", "descriptor_digest",
-              "client_token", "request_digest", "init_token", "event_seq",
+              "client_token", "request_digest", "init_token", "event_seq", "owner",
               "view_termination_time")   # the last: only when read through a view
 
     def __init__(self, mapping: dict):
@@ -117,9 +119,14 @@ _SELECT_APP = select(*APP_COLUMNS)
 _GET_APP = _SELECT_APP.where(applications.c.id == bindparam("app_id"))
 _LOCK_APP = _GET_APP.with_for_update()
 # the live application of that name, else the newest terminated one
+_BY_NAME_ORDER = ((applications.c.state == lifecycle.TERMINATED).asc(), applications.c.created.desc())
 _APP_BY_NAME = _SELECT_APP.where(applications.c.name == bindparam("name")).order_by(
-    (applications.c.state == lifecycle.TERMINATED).asc(), applications.c.created.desc()).limit(1)
-_APP_BY_TOKEN = _SELECT_APP.where(applications.c.client_token == bindparam("token"))
+    *_BY_NAME_ORDER).limit(1)
+_OWNED_APP_BY_NAME = _SELECT_APP.where(applications.c.name == bindparam("name"),
+                                       applications.c.owner == bindparam("owner")).order_by(
+    *_BY_NAME_ORDER).limit(1)
+_APP_BY_TOKEN = _SELECT_APP.where(applications.c.client_token == bindparam("token"),
+                                  applications.c.owner == bindparam("owner"))
 _INSERT_APP = insert(applications)
 _UPDATE_APP = update(applications).where(applications.c.id == bindparam("_app_id"))
 _INSERT_VIEW = insert(views)
@@ -173,13 +180,19 @@ def app_by_view(conn: Connection, view_id: str, now: float) -> App | None:
     return App.from_row(row) if row else None
 
 
-def app_by_name(conn: Connection, name: str) -> App | None:
-    row = conn.execute(_APP_BY_NAME, {"name": name}).first()
+def app_by_name(conn: Connection, name: str, owner: str | None = None) -> App | None:
+    """The live application of that name, else the newest terminated one (of ``owner`` only,
+    when given)."""
+    if owner is None:
+        row = conn.execute(_APP_BY_NAME, {"name": name}).first()
+    else:
+        row = conn.execute(_OWNED_APP_BY_NAME, {"name": name, "owner": owner}).first()
     return App.from_row(row) if row else None
 
 
-def app_by_token(conn: Connection, token: str) -> App | None:
-    row = conn.execute(_APP_BY_TOKEN, {"token": token}).first()
+def app_by_token(conn: Connection, token: str, owner: str = LOCAL_OWNER) -> App | None:
+    """The application ``owner`` created with this client token (tokens are per owner)."""
+    row = conn.execute(_APP_BY_TOKEN, {"token": token, "owner": owner}).first()
     return App.from_row(row) if row else None
 
 
@@ -212,9 +225,12 @@ def update_app(conn: Connection, app_id: str, **values: Any) -> int:
     return conn.execute(_UPDATE_APP, dict(_encode(values), _app_id=app_id)).rowcount
 
 
-def count_by_state(conn: Connection) -> dict[str, int]:
-    rows = conn.execute(select(applications.c.state, func.count()).group_by(applications.c.state))
-    return {state: n for state, n in rows}
+def count_by_state(conn: Connection, owner: str | None = None) -> dict[str, int]:
+    """Applications per state (of ``owner`` only, when given)."""
+    query = select(applications.c.state, func.count()).group_by(applications.c.state)
+    if owner is not None:
+        query = query.where(applications.c.owner == owner)
+    return {state: n for state, n in conn.execute(query)}
 
 
 def delete_app(conn: Connection, app_id: str) -> None:
@@ -242,8 +258,10 @@ def view_for(conn: Connection, app_id: str, portal: str, now: float) -> View | N
     return View(*row) if row else None
 
 
-def all_views(conn: Connection, portal: str, now: float) -> list[tuple[str, View | None]]:
-    """Every application with its oldest live view through ``portal`` (None when it has none)."""
+def all_views(conn: Connection, portal: str, now: float,
+              owner: str | None = None) -> list[tuple[str, View | None]]:
+    """Every application (of ``owner`` only, when given) with its oldest live view through
+    ``portal`` (None when it has none)."""
     first = (select(views.c.app_id, func.min(views.c.created).label("created"))
              .where(views.c.portal == portal, _LIVE_VIEW).group_by(views.c.app_id).subquery())
     rows = conn.execute(
@@ -252,6 +270,7 @@ def all_views(conn: Connection, portal: str, now: float) -> list[tuple[str, View
                      .outerjoin(views, (views.c.app_id == first.c.app_id)
                                 & (views.c.created == first.c.created)
                                 & (views.c.portal == portal)))
+        .where(*([applications.c.owner == owner] if owner is not None else []))
         .order_by(applications.c.created, applications.c.id), {"now": now})
     seen: dict[str, View | None] = {}
     for app_id, view_id, view_portal in rows:
@@ -310,10 +329,12 @@ def record_state(conn: Connection, app: App, state: str, now: float, info: str |
 
 
 def add_event(conn: Connection, producer: str, topic: str, seq: int, payload: dict,
-              now: float) -> None:
+              now: float, owner: str | None = None) -> None:
+    """An event in the outbox; ``owner``: the owner of the application an ApplicationCreated
+    event announces (only its owner's and administrators' subscriptions hear of it)."""
     conn.execute(_INSERT_EVENT, {"producer": producer, "topic": topic, "seq": seq,
                                  "message": json.dumps(payload, sort_keys=True), "created": now,
-                                 "fanned_out": False})
+                                 "fanned_out": False, "owner": owner})
 
 
 def get_history(conn: Connection, app_id: str) -> list[tuple[int, str, float, str | None]]:
@@ -349,3 +370,20 @@ def update_component(conn: Connection, app_id: str, path: str, **values: Any) ->
     if "runtime" in values and not isinstance(values["runtime"], (str, type(None))):
         values["runtime"] = json.dumps(values["runtime"], sort_keys=True)
     return conn.execute(_UPDATE_COMPONENT, dict(values, _app_id=app_id, _path=path)).rowcount
+
+
+# -- WS-Security nonces ---------------------------------------------------------------------------
+def remember_nonce(conn: Connection, digest: str, expires: float) -> bool:
+    """Record a nonce seen (by its digest) until ``expires``; False when it was seen already
+    (a replayed message). The primary key decides, on every portal sharing the store."""
+    try:
+        with conn.begin_nested():
+            conn.execute(insert(nonces).values(digest=digest, expires=expires))
+    except IntegrityError:
+        return False
+    return True
+
+
+def forget_nonces(conn: Connection, now: float) -> int:
+    """Drop the nonces whose message is too old to be accepted anyway."""
+    return conn.execute(delete(nonces).where(nonces.c.expires < now)).rowcount

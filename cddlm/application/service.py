@@ -4,6 +4,12 @@ Everything that can fail on bad input (options, descriptor parsing, property res
 placement) happens before the write transaction, so an error leaves the store untouched.
 The transaction then re-checks the lifecycle table, because another request may have changed
 the application meanwhile.
+
+Every use case takes the ``principal`` the edge authenticated (keyword ``principal``; in-process
+callers such as the scheduler act as the local administrator). The ones that find an
+application (create, lookup, rebind, applications, app_for_view, dynamic_info) let it see only
+what ``tenancy`` allows; the ones that act on an application id found that way record the
+principal in the audit log, in the transaction of the change.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from lxml import etree
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from cddlm.application import descriptors, lifecycle, options as opts
+from cddlm.application import audit as audit_log, descriptors, lifecycle, options as opts, tenancy
 from cddlm.application import repository as repo
 from cddlm.application.enactment import queue, states
 from cddlm.application.enactment.reconcile import reconcile
@@ -27,8 +33,11 @@ from cddlm.application.hosts import Hosts
 from cddlm.application.loader import Loader
 from cddlm.application.placing import Placer
 from cddlm.application.store import Store
+from cddlm.application.tables import (applications as applications_table, components as components_table,
+                                     deliveries, hosts as hosts_table, subscriptions as subscriptions_table,
+                                     work as work_table)
+from cddlm.application.tenancy import LOCAL_ADMIN, Principal
 from cddlm.application.views import readiness_wait
-from cddlm.application.tables import components as components_table, hosts as hosts_table
 from cddlm.config import Settings
 from cddlm.errors import (BadArgument, DeploymentFailed, NoSuchApplication, ResolutionError, ResourceUnknown,
                           UnableToSetTerminationTime)
@@ -83,7 +92,7 @@ class Service:
 
     # -- portal operations ----------------------------------------------------------------------
     def create(self, name: str | None, hostname: str | None, options: list[opts.Option],
-               portal: str) -> tuple[repo.App, repo.View]:
+               portal: str, *, principal: Principal = LOCAL_ADMIN) -> tuple[repo.App, repo.View]:
         understood = opts.check(options, "create")
         now = self.clock()
         hostname = hostname.strip() if hostname and hostname.strip() else None
@@ -101,7 +110,7 @@ class Service:
             try:
                 with self.store.write() as conn:
                     if token is not None:
-                        existing = repo.app_by_token(conn, token.value)
+                        existing = repo.app_by_token(conn, token.value, principal.name)
                         if existing is not None:
                             if existing.request_digest != digest:
                                 raise BadArgument("client token %r was already used with different "
@@ -109,32 +118,45 @@ class Service:
                             view = repo.view_for(conn, existing.id, portal, now) or \
                                 repo.new_view(conn, existing.id, portal, now)
                             return existing, view
+                    tenancy.check_applications(conn, principal, self.settings.quotas)
                     app_id = repo.new_id()
                     app = repo.create_app(conn, now, id=app_id, name=name, hostname=hostname,
                                           termination_time=termination_time,
                                           client_token=token.value if token else None,
-                                          request_digest=digest, options=_options_json(options))
+                                          request_digest=digest, options=_options_json(options),
+                                          owner=principal.name)
                     view = repo.new_view(conn, app_id, portal, now)
                     if prepared is not None:
-                        self.subscriptions.insert(conn, prepared, app_id, view, portal, now)
+                        self.subscriptions.insert(conn, prepared, app_id, view, portal, now,
+                                                  principal=principal)
                     repo.add_event(conn, repo.PORTAL_PRODUCER, repo.CREATED_TOPIC, 0,
                                    {"ResourceId": app_id, "name": name, "timestamp": now,
-                                    "view": view.id, "portal": portal}, now)
+                                    "view": view.id, "portal": portal}, now, owner=principal.name)
+                    audit_log.record(conn, principal, "create", now, app_id=app_id,
+                                     app_owner=principal.name, detail=name)
                 break
             except IntegrityError:
-                # the unique indexes decide races: a name in use, or a concurrent create with
-                # the same client token (then the retry finds and returns that application)
+                # the unique indexes decide races: a name in use (among the owner's live
+                # applications), or a concurrent create with the same client token (then the
+                # retry finds and returns that application)
                 if attempt == 2 or token is None:
-                    raise BadArgument("a live application named %r already exists (a name is "
-                                      "free again once its application has terminated)" % name) from None
+                    raise BadArgument("a live application named %r already exists among yours (a "
+                                      "name is free again once its application has terminated)"
+                                      % name) from None
         self._after()
         return app, view
 
     def lookup(self, portal: str, resource_id: str | None = None,
-               name: str | None = None) -> repo.View:
+               name: str | None = None, *, principal: Principal = LOCAL_ADMIN) -> repo.View:
         with self.store.read() as conn:
-            app = repo.get_app(conn, resource_id) if resource_id else repo.app_by_name(conn, name or "")
-            if app is None:
+            if resource_id:
+                app = repo.get_app(conn, resource_id)
+            elif principal.admin:   # an administrator's own application of that name first
+                app = repo.app_by_name(conn, name or "", principal.name) or \
+                    repo.app_by_name(conn, name or "")
+            else:
+                app = repo.app_by_name(conn, name or "", principal.name)
+            if app is None or not tenancy.visible(app.owner, principal):
                 raise NoSuchApplication("no application %s" % (
                     ("with id %s" % resource_id) if resource_id else ("named %r" % name)))
             view = repo.view_for(conn, app.id, portal, self.clock())
@@ -150,17 +172,23 @@ class Service:
             return repo.view_for(conn, app_id, portal, now) or repo.new_view(conn, app_id, portal,
                                                                              now)
 
-    def rebind(self, portal: str, address: str, resource_id: str | None) -> repo.View:
+    def rebind(self, portal: str, address: str, resource_id: str | None, *,
+               principal: Principal = LOCAL_ADMIN) -> repo.View:
         address = (address or "").strip()
         view_id = address.rsplit(APP_PATH, 1)[1].split("?")[0].strip("/") if APP_PATH in address else None
         with self.store.read() as conn:
             view = repo.get_view(conn, view_id) if view_id else None
+            if view is not None:   # a view of someone else's application is no view at all
+                viewed = repo.get_app(conn, view.app_id)
+                if viewed is None or not tenancy.visible(viewed.owner, principal):
+                    view = None
             if resource_id is None and view is not None:
                 resource_id = view.app_id
             if resource_id is None:
                 raise NoSuchApplication("the reference %s names no application this portal knows"
                                         % (address or "(no address)"))
-            if repo.get_app(conn, resource_id) is None:
+            app = repo.get_app(conn, resource_id)
+            if app is None or not tenancy.visible(app.owner, principal):
                 raise NoSuchApplication("no application with id %s" % resource_id)
             if view is not None and view.app_id != resource_id:
                 raise BadArgument("the reference's address and ResourceId name different applications")
@@ -171,18 +199,32 @@ class Service:
             mine = repo.view_for(conn, resource_id, portal, now)
         return mine or self._bind(resource_id, portal)
 
-    def applications(self, portal: str) -> list[repo.View]:
+    def applications(self, portal: str, *, principal: Principal = LOCAL_ADMIN) -> list[repo.View]:
+        """A view of every application ``principal`` may see, through ``portal``."""
         with self.store.read() as conn:
-            pairs = repo.all_views(conn, portal, self.clock())
+            pairs = repo.all_views(conn, portal, self.clock(),
+                                   owner=None if principal.admin else principal.name)
         return [view if view is not None else self._bind(app_id, portal) for app_id, view in pairs]
 
-    def dynamic_info(self) -> dict:
-        from cddlm.application.tables import deliveries
+    def dynamic_info(self, *, principal: Principal = LOCAL_ADMIN) -> dict:
+        """Counts of applications per state, queued work and undelivered notifications (of
+        what ``principal`` may see), and the hosts' free capacity."""
         from sqlalchemy import func
         with self.store.read() as conn:
-            counts = repo.count_by_state(conn)
-            pending = queue.depth(conn)
-            undelivered = conn.execute(select(func.count()).select_from(deliveries)).scalar() or 0
+            if principal.admin:
+                counts = repo.count_by_state(conn)
+                pending = queue.depth(conn)
+                undelivered = conn.execute(select(func.count()).select_from(deliveries)).scalar() or 0
+            else:
+                counts = repo.count_by_state(conn, principal.name)
+                pending = conn.execute(tenancy.scoped(
+                    select(func.count()).select_from(work_table.join(
+                        applications_table, applications_table.c.id == work_table.c.app_id)),
+                    principal)).scalar() or 0
+                undelivered = conn.execute(
+                    select(func.count()).select_from(deliveries.join(
+                        subscriptions_table, subscriptions_table.c.id == deliveries.c.subscription_id))
+                    .where(subscriptions_table.c.subscriber == principal.name)).scalar() or 0
             down = repo.down_hosts(conn)
             used = self._used_capacity(conn)
 
@@ -205,11 +247,14 @@ class Service:
         return [{"url": url, "started": started, "heartbeat": beat} for _, url, started, beat in rows]
 
     # -- application operations -----------------------------------------------------------------
-    def app_for_view(self, view_id: str, resource_id: str | None = None) -> repo.App:
-        """The application a live view names (``view_termination_time`` on it: the view's)."""
+    def app_for_view(self, view_id: str, resource_id: str | None = None, *,
+                     principal: Principal = LOCAL_ADMIN) -> repo.App:
+        """The application a live view names (``view_termination_time`` on it: the view's),
+        when ``principal`` may see it."""
         with self.store.single() as conn:
             app = repo.app_by_view(conn, view_id, self.clock())
-        if app is None or (resource_id and resource_id != app.id):
+        if app is None or (resource_id and resource_id != app.id) \
+                or not tenancy.visible(app.owner, principal):
             raise ResourceUnknown("no application view %s" % view_id)
         return app
 
@@ -225,7 +270,7 @@ class Service:
             return repo.get_history(conn, app_id)
 
     def initialize(self, app_id: str, descriptor: DescriptorInput, properties: list[tuple[str, str]],
-                   options: list[opts.Option]) -> None:
+                   options: list[opts.Option], *, principal: Principal = LOCAL_ADMIN) -> None:
         understood = opts.check(options, "initialize")
         now = self.clock()
         props: dict[str, str] = {}
@@ -238,7 +283,9 @@ class Service:
         app = self.get(app_id)
         token = understood.get(opts.CLIENT_TOKEN)
         source, text = self._descriptor_source(descriptor)
-        digest = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        encoded = text.encode("utf-8")
+        tenancy.check_descriptor(principal.admin, len(encoded), self.settings.quotas)
+        digest = hashlib.sha256(encoded).hexdigest()
         init_key = _digest({"digest": digest, "language": descriptor.language, "properties": props,
                             "options": sorted((o.name, o.text) for o in options)})
         if token is not None and app.init_token:
@@ -255,6 +302,8 @@ class Service:
                                      allowed_prefixes=self.settings.allowed_import_prefixes,
                                      limits=self.settings.limits, version=descriptor.version)
         deployment = result.deployment
+        tenancy.check_components(principal.admin, sum(1 for _ in deployment.walk()),
+                                 self.settings.quotas)
         delegated = [p for p, c in deployment.walk() if c.type == "delegate"]
         if delegated:
             raise DeploymentFailed("component %s is a delegate: this portal cannot delegate to "
@@ -285,6 +334,8 @@ class Service:
             repo.update_app(conn, app_id, **values)
             repo.insert_components(conn, [dict(r, generation=app.generation + 1) for r in rows])
             _, added = reconcile(conn, app_id, now)
+            audit_log.record(conn, principal, "initialize", now, app_id=app_id, app_owner=app.owner,
+                             detail="%s sha256:%s" % (descriptor.language, digest))
         self._after(work=added)
 
     def _descriptor_source(self, d: DescriptorInput) -> tuple[Any, str]:
@@ -335,7 +386,7 @@ class Service:
                         slot[dim] = slot.get(dim, 0.0) + float(amount)
         return used
 
-    def _intent(self, app_id: str, operation: str, reason: str | None = None) -> None:
+    def _intent(self, app_id: str, operation: str, reason: str | None, principal: Principal) -> None:
         now = self.clock()
         with self.store.write() as conn:
             app = repo.lock_app(conn, app_id)
@@ -343,7 +394,7 @@ class Service:
                 raise ResourceUnknown("application %s does not exist" % app_id)
             if operation == "terminate":
                 if app.state == lifecycle.TERMINATED or app.desired == lifecycle.TERMINATED:
-                    return
+                    return   # idempotent: nothing changes, nothing to record
                 info = app.termination_info if app.state == lifecycle.FAILED else {
                     "normal": True, "reason": reason or "terminated on request", "time": now}
             else:
@@ -362,15 +413,18 @@ class Service:
             if generation != app.generation:
                 queue.supersede(conn, app_id, generation)
             _, added = reconcile(conn, app_id, now)
+            audit_log.record(conn, principal, operation, now, app_id=app_id, app_owner=app.owner,
+                             detail=reason)
         self._after(work=added)
 
-    def run(self, app_id: str) -> None:
-        self._intent(app_id, "run")
+    def run(self, app_id: str, *, principal: Principal = LOCAL_ADMIN) -> None:
+        self._intent(app_id, "run", None, principal)
 
-    def terminate(self, app_id: str, reason: str | None = None) -> None:
-        self._intent(app_id, "terminate", reason)
+    def terminate(self, app_id: str, reason: str | None = None, *,
+                  principal: Principal = LOCAL_ADMIN) -> None:
+        self._intent(app_id, "terminate", reason, principal)
 
-    def destroy(self, app_id: str) -> None:
+    def destroy(self, app_id: str, *, principal: Principal = LOCAL_ADMIN) -> None:
         with self.store.write() as conn:
             app = repo.lock_app(conn, app_id)
             if app is None:
@@ -379,28 +433,39 @@ class Service:
             if self.subscriptions is not None:
                 self.subscriptions.producer_gone(conn, app_id, self.clock())
             repo.delete_app(conn, app_id)
+            audit_log.record(conn, principal, "destroy", self.clock(), app_id=app_id,
+                             app_owner=app.owner, detail=app.name)
         if self.engine is not None:
             self.engine.remove_app_files(app_id)
 
-    def destroy_view(self, view_id: str) -> None:
+    def destroy_view(self, view_id: str, *, principal: Principal = LOCAL_ADMIN) -> None:
         with self.store.write() as conn:
-            if repo.delete_view(conn, view_id) == 0:
+            view = repo.get_view(conn, view_id)
+            if view is None or repo.delete_view(conn, view_id) == 0:
                 raise ResourceUnknown("no application view %s" % view_id)
+            audit_log.record(conn, principal, "destroy-view", self.clock(), app_id=view.app_id,
+                             app_owner=_owner(conn, view.app_id), detail=view_id)
 
-    def set_view_termination(self, view_id: str, when: float | None) -> float | None:
+    def set_view_termination(self, view_id: str, when: float | None, *,
+                             principal: Principal = LOCAL_ADMIN) -> float | None:
         """WS-RL SetTerminationTime on an application EPR: the view ends at ``when`` (None:
         never; now or earlier: at once); the application goes on (spec 4.3)."""
         now = self.clock()
         with self.store.write() as conn:
+            view = repo.get_view(conn, view_id)
             if when is not None and when <= now:
                 found = repo.delete_view(conn, view_id)
             else:
                 found = repo.set_view_termination(conn, view_id, when)
-            if not found:
+            if not found or view is None:
                 raise ResourceUnknown("no application view %s" % view_id)
+            audit_log.record(conn, principal, "set-view-termination", now, app_id=view.app_id,
+                             app_owner=_owner(conn, view.app_id),
+                             detail="%s at %s" % (view_id, "never" if when is None else when))
         return when
 
-    def schedule_termination(self, app_id: str, when: float | None) -> float | None:
+    def schedule_termination(self, app_id: str, when: float | None, *,
+                             principal: Principal = LOCAL_ADMIN) -> float | None:
         """Terminate the application at ``when`` (None: cancel), as the termination-time
         option does at create or initialize."""
         now = self.clock()
@@ -411,8 +476,10 @@ class Service:
             if app.state == lifecycle.TERMINATED and when is not None:
                 raise UnableToSetTerminationTime("application %s has already terminated" % app_id)
             repo.update_app(conn, app_id, termination_time=when)
+            audit_log.record(conn, principal, "schedule-termination", now, app_id=app_id,
+                             app_owner=app.owner, detail="never" if when is None else str(when))
         if when is not None and when <= now:
-            self.terminate(app_id, "termination time reached")
+            self.terminate(app_id, "termination time reached", principal=tenancy.SCHEDULER)
         return when
 
     def expire(self) -> int:
@@ -432,7 +499,7 @@ class Service:
                                                 applications.c.desired != lifecycle.TERMINATED))]
         for app_id in due:
             try:
-                self.terminate(app_id, "termination time reached")
+                self.terminate(app_id, "termination time reached", principal=tenancy.SCHEDULER)
             except ResourceUnknown:
                 pass
         return len(due)
@@ -488,7 +555,9 @@ class Service:
         return values.reference(path)
 
     # -- hosts --------------------------------------------------------------------------------
-    def mark_host(self, name: str, down: bool, reason: str | None = None) -> None:
+    def mark_host(self, name: str, down: bool, reason: str | None = None, *,
+                  principal: Principal = LOCAL_ADMIN) -> None:
+        tenancy.require_admin(principal, "ext:setHostState")
         if name not in self.hosts:
             raise BadArgument("unknown host %r (hosts: %s)" % (name, ", ".join(self.hosts.names())))
         now = self.clock()
@@ -498,8 +567,15 @@ class Service:
             if not updated:
                 conn.execute(hosts_table.insert().values(name=name, down=down, reason=reason,
                                                          updated=now))
+            audit_log.record(conn, principal, "host-down" if down else "host-up", now,
+                             detail="%s%s" % (name, ": " + reason if reason else ""))
         if down and self.engine is not None:
             self.engine.check_all(host=name)
+
+def _owner(conn, app_id: str) -> str | None:
+    app = repo.get_app(conn, app_id)
+    return app.owner if app is not None else None
+
 
 def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()

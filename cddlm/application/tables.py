@@ -10,6 +10,10 @@ from __future__ import annotations
 from sqlalchemy import (Boolean, Column, Float, ForeignKey, Index, Integer, MetaData, String,
                         Table, Text, UniqueConstraint)
 
+# The owner of what the implicit administrator of local mode makes (tenancy.LOCAL_ADMIN), and
+# of every application made before the portal recorded owners.
+LOCAL_OWNER = "admin"
+
 metadata = MetaData(naming_convention={
     "ix": "ix_%(table_name)s_%(column_0_name)s",
     "uq": "uq_%(table_name)s_%(column_0_name)s",
@@ -38,18 +42,21 @@ applications = Table(
     Column("options", Text, nullable=True),                 # JSON [option, ...] as given
     Column("deployment", Text, nullable=True),              # JSON: the resolved component tree
     Column("placement", Text, nullable=True),               # JSON: {path: {host, provider}}, audit
-    Column("client_token", String(256), nullable=True, unique=True),
+    Column("client_token", String(256), nullable=True),       # unique per owner (below)
     Column("request_digest", String(80), nullable=True),
     Column("init_token", String(256), nullable=True),
     Column("event_seq", Integer, nullable=False, default=0),    # last lifecycle event sequence
+    Column("owner", String(256), nullable=False, server_default=LOCAL_OWNER),   # a principal
 )
 Index("ix_applications_termination_time", applications.c.termination_time)
-# A name is held while its application lives: once terminated, the name may be used again
-# (lookup by name finds the live one, else the newest terminated one).
+# A name is held while its application lives, per owner (so a name in use tells nobody about
+# another tenant's applications): once terminated, the name may be used again (lookup by name
+# finds the live one, else the newest terminated one).
 _LIVE = applications.c.state != "terminated"
-Index("ix_applications_live_name", applications.c.name, unique=True,
+Index("ix_applications_live_owner_name", applications.c.owner, applications.c.name, unique=True,
       sqlite_where=_LIVE, postgresql_where=_LIVE)
 Index("ix_applications_name", applications.c.name)
+Index("ix_applications_owner_token", applications.c.owner, applications.c.client_token, unique=True)
 
 views = Table(
     "views", metadata,
@@ -123,6 +130,7 @@ events = Table(                                              # the outbox
     Column("message", Text, nullable=False),                  # the payload's data (JSON)
     Column("created", Float, nullable=False),
     Column("fanned_out", Boolean, nullable=False, default=False),   # deliveries queued
+    Column("owner", String(256), nullable=True),               # ApplicationCreated: the app's owner
 )
 # (producer, topic, id): the newest event of a producer (GetCurrentMessage, pruning)
 Index("ix_events_producer", events.c.producer, events.c.topic, events.c.id)
@@ -156,6 +164,10 @@ subscriptions = Table(
     Column("lease_expires", Float, nullable=True),
     Column("delivered", Integer, nullable=False, default=0),
     Column("last_delivered", Float, nullable=True),
+    # who made it (a principal: only they and administrators reach its manager), and for the
+    # portal's ApplicationCreated topic whose applications it hears of (None: everyone's)
+    Column("subscriber", String(256), nullable=False, server_default=LOCAL_OWNER),
+    Column("scope", String(256), nullable=True),
 )
 Index("ix_subscriptions_producer", subscriptions.c.producer)
 Index("ix_subscriptions_due", subscriptions.c.due)
@@ -187,3 +199,24 @@ engines = Table(                                             # portals sharing t
     Column("started", Float, nullable=False),
     Column("heartbeat", Float, nullable=False),
 )
+
+audit = Table(                                               # who did what to which application
+    "audit", metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("principal", String(256), nullable=False),
+    Column("address", String(256), nullable=True),            # the client's address
+    Column("action", String(64), nullable=False),             # the operation
+    Column("app_id", String(64), nullable=True),              # no foreign key: outlives destroy
+    Column("app_owner", String(256), nullable=True),          # whose application it was
+    Column("detail", Text, nullable=True),
+)
+Index("ix_audit_app_id", audit.c.app_id)
+Index("ix_audit_app_owner", audit.c.app_owner)
+
+nonces = Table(                                              # WS-Security nonces seen lately
+    "nonces", metadata,
+    Column("digest", String(64), primary_key=True),          # sha256 of user and nonce
+    Column("expires", Float, nullable=False),
+)
+Index("ix_nonces_expires", nonces.c.expires)

@@ -2,9 +2,9 @@
 may see of the applications, their components, the datacenter and the portals sharing the
 store. Nothing here writes.
 
-Every read takes the ``Principal`` the edge authenticated; ``_scoped`` is the one place that
-turns it into a filter (an admin sees everything; a user only the applications they own), and
-an application a principal may not see answers exactly as one that does not exist.
+Every read takes the ``Principal`` the edge authenticated; ``tenancy.scoped`` is the one place
+that turns it into a filter (an admin sees everything; a user only the applications they own),
+and an application a principal may not see answers exactly as one that does not exist.
 
 Times are seconds since the epoch (UTC), as in the store.
 """
@@ -13,42 +13,21 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import false, func, or_, select
+from sqlalchemy import func, or_, select
 
-from cddlm.application import lifecycle
+from cddlm.application import audit, lifecycle
 from cddlm.application import repository as repo
 from cddlm.application.enactment import local, procfs, states
 from cddlm.application.tables import applications, components, engines, events, hosts as hosts_table
+from cddlm.application.tenancy import LOCAL_ADMIN, Principal, scoped as _scoped
 from cddlm.errors import BadArgument, NoSuchApplication
 from cddlm.lang.model import Deployment
 
 PORTS_TTL = 2.0          # seconds a process's listening ports are remembered
 URN = "urn:uuid:"
-
-
-@dataclass(frozen=True)
-class Principal:
-    """Who asks. Until the portal authenticates users, every caller is the implicit local
-    admin of the documented local mode (``LOCAL_ADMIN``)."""
-
-    name: str
-    admin: bool = False
-
-
-LOCAL_ADMIN = Principal("admin", admin=True)
-
-
-def _scoped(query, principal: Principal):
-    """``query`` over ``applications`` limited to what ``principal`` may see."""
-    if principal.admin:
-        return query
-    owner = applications.c.get("owner")
-    if owner is None:            # no owner recorded anywhere: a user owns nothing
-        return query.where(false())
-    return query.where(owner == principal.name)
+__all__ = ["LOCAL_ADMIN", "Principal", "Views", "normalise_id"]
 
 
 def normalise_id(app_id: str) -> str:
@@ -66,8 +45,7 @@ def _summary(row: Any) -> dict:
 
 _SUMMARY_COLUMNS = [applications.c.id, applications.c.name, applications.c.state,
                     applications.c.state_info, applications.c.created, applications.c.started,
-                    applications.c.terminated] + (
-    [applications.c.owner] if "owner" in applications.c else [])
+                    applications.c.terminated, applications.c.owner]
 
 
 class Views:
@@ -143,7 +121,7 @@ class Views:
             app = self._app(conn, principal, app_id)
             hist = repo.get_history(conn, app.id)
             comps = repo.get_components(conn, app.id)
-        out = {"id": app.id, "name": app.name, "owner": app._raw.get("owner"), "state": app.state,
+        out = {"id": app.id, "name": app.name, "owner": app.owner, "state": app.state,
                "stateInfo": app.state_info, "created": app.created, "started": app.started,
                "terminated": app.terminated, "terminationTime": app.termination_time,
                "terminationInfo": app.termination_info, "language": app.language,
@@ -153,6 +131,16 @@ class Views:
         out["history"] = _history(hist)
         out["components"] = self._components(app, comps)
         return out
+
+    def audit(self, principal: Principal, app_id: str | None = None, limit: int = 100) -> list[dict]:
+        """The audit log, newest first: about one application, or every entry ``principal``
+        may see (their applications and their own actions; an administrator: all)."""
+        if not 1 <= limit <= self.settings.dashboard.max_page_size:
+            raise BadArgument("limit must be between 1 and %d" % self.settings.dashboard.max_page_size)
+        with self.store.read() as conn:
+            if app_id:
+                app_id = self._app(conn, principal, app_id).id
+            return audit.entries(conn, principal, app_id, limit)
 
     def components(self, principal: Principal, app_id: str) -> list[dict]:
         with self.store.read() as conn:

@@ -15,12 +15,12 @@ import os
 import sys
 
 from cddlm import __version__
-from cddlm.cli import apps, completion, deploy, hosts, lang, logs, placement, portal
+from cddlm.cli import apps, completion, deploy, hosts, lang, logs, placement, portal, users
 from cddlm.cli.common import (BROKEN_PIPE, DEFAULT_PORTAL, FAILED, INTERRUPTED, UNREACHABLE,
                               CliError, add_portal_option)
 from cddlm.errors import CddlmError
 
-GROUPS = (portal, deploy, apps, logs, hosts, lang, placement, completion)
+GROUPS = (portal, deploy, apps, logs, hosts, lang, placement, users, completion)
 
 # a hint for the faults a user meets most, after the fault's own message
 FAULT_HINTS = {
@@ -88,8 +88,8 @@ def explain(e: BaseException, args: argparse.Namespace) -> tuple[str, str | None
         url = getattr(args, "portal_url", None) or DEFAULT_PORTAL
         if not e.sent:
             return "no portal answers at %s" % url, "is `cddlm portal serve` running?", UNREACHABLE
-        return "the portal at %s did not answer: %s" % (url, e.message), \
-            "is it a CDDLM portal, and running?", UNREACHABLE
+        return "the portal at %s did not answer as a portal: %s" % (url, e.message), \
+            "is it running, and is the scheme right: http or https?", UNREACHABLE
     if isinstance(e, PortalFault):
         return str(e), FAULT_HINTS.get(e.fault), FAILED
     if isinstance(e, CddlmError):

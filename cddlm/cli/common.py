@@ -4,11 +4,12 @@ arguments, and the errors commands raise for ``main`` (the one error boundary) t
 from __future__ import annotations
 
 import argparse
-import os
 import re
+import sys
 import urllib.parse
 
-DEFAULT_PORTAL = "http://127.0.0.1:8080/cddlm/portal"
+from cddlm.config import DEFAULT_PORTAL
+
 PORTAL_PATH = "/cddlm/portal"
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 ID_PREFIX = re.compile(r"^[0-9a-f][0-9a-f-]{3,}$", re.I)     # at least 4 characters, as git
@@ -50,14 +51,29 @@ def endpoint(value: str) -> str:
 
 
 def portal(args: argparse.Namespace):
-    from cddlm.client import Portal
-    url = endpoint(getattr(args, "portal", None) or os.environ.get("CDDLM_PORTAL") or DEFAULT_PORTAL)
+    """The portal the command talks to, with the caller's credentials and TLS settings: from
+    the options, the environment, then the config file (``cddlm.client.ClientConfig``); a
+    user without password or token is asked for the password on a terminal. The address may
+    be given as a base URL, ``host:port`` or the endpoint (``endpoint``)."""
+    import getpass
+    from cddlm.client import ClientConfig, Credentials, Portal
+    config = ClientConfig.load(getattr(args, "portal", None), getattr(args, "user", None),
+                               getattr(args, "ca_file", None), getattr(args, "client_cert", None),
+                               getattr(args, "client_key", None))
+    url = endpoint(config.portal)
     args.portal_url = url       # for the error boundary's message
+    credentials = config.credentials
+    if credentials.user and credentials.password is None and not credentials.token \
+            and sys.stdin.isatty():
+        credentials = Credentials(credentials.user,
+                                  getpass.getpass("password for %s: " % credentials.user))
     try:
-        return Portal(url)
+        return Portal(url, credentials=credentials, tls=config.tls)
     except Exception as e:
         import requests
         from cddlm.client import Unreachable
+        if isinstance(e, Unreachable) and isinstance(e.__cause__, requests.exceptions.SSLError):
+            raise CliError(e.message) from e    # it answers, but is not trusted: not exit 3
         if isinstance(e, Unreachable) and not isinstance(e.__cause__, requests.HTTPError):
             raise               # nothing answered (or not in time): the boundary says so
         from cddlm.errors import CddlmError
@@ -72,9 +88,22 @@ def portal(args: argparse.Namespace):
 
 
 def add_portal_option(parser: argparse.ArgumentParser) -> None:
+    """--portal and the credentials, on the top-level parser and on each command's (so they
+    may come before or after the command: unset ones do not hide the other's)."""
     parser.add_argument("--portal", metavar="URL", default=argparse.SUPPRESS,
                         help="the portal: its base URL, host:port, or its endpoint (default "
-                             "$CDDLM_PORTAL, then %s)" % DEFAULT_PORTAL)
+                             "$CDDLM_PORTAL, the config file, then %s)" % DEFAULT_PORTAL)
+    parser.add_argument("--user", metavar="NAME", default=argparse.SUPPRESS,
+                        help="authenticate as NAME (default $CDDLM_USER or the config file); the "
+                             "password comes from $CDDLM_PASSWORD, the config file or a prompt, "
+                             "a token from $CDDLM_TOKEN")
+    parser.add_argument("--ca-file", metavar="PEM", default=argparse.SUPPRESS,
+                        help="CA certificates that sign the portal's (default $CDDLM_CA_FILE, "
+                             "the config file, then the system's)")
+    parser.add_argument("--client-cert", metavar="PEM", default=argparse.SUPPRESS,
+                        help="present this certificate (mutual TLS; with --client-key)")
+    parser.add_argument("--client-key", metavar="PEM", default=argparse.SUPPRESS,
+                        help="the client certificate's key")
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:

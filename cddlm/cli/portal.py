@@ -8,7 +8,7 @@ import logging
 import os
 import sys
 
-from cddlm.cli.common import CliError
+from cddlm.cli.common import CliError, UsageError
 
 LOG_FILE = "portal.log"
 LOG_BYTES = 10 * 1024 * 1024        # portal.log is rotated at this size, 3 old files kept
@@ -27,7 +27,10 @@ def setup_logging(state_dir: str, level: str) -> str:
     to_file = RotatingFileHandler(path, maxBytes=LOG_BYTES, backupCount=LOG_KEEP, encoding="utf-8")
     to_file.setLevel(min(wanted, logging.INFO))
     to_stderr = logging.StreamHandler(sys.stderr)
-    to_stderr.setLevel(wanted)
+    to_stderr.setLevel(min(wanted, logging.INFO))
+    # the audit log's lines (who did what, from where) show on stderr too, unless only errors are
+    to_stderr.addFilter(lambda r: r.levelno >= wanted or (
+        r.name.startswith("cddlm.audit") and wanted < logging.ERROR))
     root = logging.getLogger()
     root.setLevel(min(wanted, logging.INFO))
     for handler in (to_file, to_stderr):
@@ -58,7 +61,8 @@ def banner(portal, log_path: str) -> list[str]:
 def cmd_portal_serve(args: argparse.Namespace) -> int:
     import signal
     from cddlm.app import Portal
-    from cddlm.config import Settings
+    from cddlm.config import Quotas, Security, Settings
+    from cddlm.errors import ConfigurationError
     log_path = setup_logging(args.state_dir, args.log_level)
     settings = Settings(host=args.host, port=args.port, state_dir=args.state_dir, db_url=args.db,
                         datacenter_file=args.datacenter, public_url=args.public_url,
@@ -68,10 +72,18 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
                         tls_cert=args.tls_cert, tls_key=args.tls_key,
                         tls_client_ca=args.tls_client_ca, server_threads=args.server_threads,
                         max_connections=args.max_connections, header_timeout=args.header_timeout,
-                        body_timeout=args.body_timeout)
+                        body_timeout=args.body_timeout,
+                        security=Security(users_file=args.users, run_as=args.run_as,
+                                          insecure=args.insecure),
+                        quotas=Quotas(**quotas(args.quota)))
     if args.consumer_network:
         settings = settings.replace(consumer_networks=tuple(args.consumer_network))
-    portal = Portal(settings)
+    try:
+        portal = Portal(settings)
+    except ConfigurationError as e:
+        raise CliError(str(e)) from None
+    for warning in portal.warnings:
+        print("\n*** WARNING: %s ***\n" % warning, file=sys.stderr, flush=True)
     try:
         portal.bind()
     except OSError as e:
@@ -124,6 +136,20 @@ def port_number(value: str) -> int:
     return port
 
 
+def quotas(pairs: list[str] | None) -> dict[str, int]:
+    import dataclasses
+    from cddlm.config import Quotas
+    known = {f.name for f in dataclasses.fields(Quotas)}
+    out = {}
+    for pair in pairs or []:
+        key, _, value = pair.partition("=")
+        if key not in known or not value.isdigit():
+            raise UsageError("--quota expects NAME=N with NAME one of %s, got %r"
+                             % (", ".join(sorted(known)), pair))
+        out[key] = int(value)
+    return out
+
+
 def register(sub) -> None:
     portal = sub.add_parser("portal", help="run a portal").add_subparsers(
         dest="portal_command", required=True, metavar="COMMAND")
@@ -165,6 +191,19 @@ def register(sub) -> None:
                     help="seconds a client has to send its request headers (default 10, at most 60)")
     sv.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
                     help="seconds a client has to send its request body (default 30)")
+    sv.add_argument("--users", metavar="FILE",
+                    help="authenticate every request against this users file (cddlm user add); "
+                         "without it, only a loopback address is allowed (local mode: everyone "
+                         "is the administrator)")
+    sv.add_argument("--run-as", metavar="ACCOUNT",
+                    help="run components as this unprivileged OS account ('{user}' stands for "
+                         "the application's owner, e.g. cddlm-{user}); needs root")
+    sv.add_argument("--quota", action="append", metavar="NAME=N",
+                    help="a per-user quota: applications, components, descriptor_bytes, "
+                         "subscriptions (repeatable; administrators have none)")
+    sv.add_argument("--insecure", action="store_true",
+                    help="start even on a non-loopback address without --users and TLS, or as "
+                         "root without --run-as (loudly: anyone reaching it may run commands)")
     sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
                     help="what the portal logs on stderr (default warning); STATE/portal.log "
                          "gets info and above (debug with debug)")

@@ -74,8 +74,10 @@ class Outcome:
 
 
 # -- fan-out ----------------------------------------------------------------------------------
+# a subscription to the portal hears of the applications of its scope (a user: their own)
 _MATCHES = and_(s.producer == e.producer, s.topic == e.topic, s.status.in_(LIVE), _UNEXPIRED,
-                or_(and_(e.producer == PORTAL_PRODUCER, e.created >= s.created - PORTAL_SLACK),
+                or_(and_(e.producer == PORTAL_PRODUCER, e.created >= s.created - PORTAL_SLACK,
+                         or_(s.scope.is_(None), s.scope == e.owner)),
                     and_(e.producer != PORTAL_PRODUCER, e.seq > s.start_seq)))
 _IN_IDS = e.id.in_(bindparam("ids", expanding=True))
 # the range lets (producer, topic, id) serve the join, not every event of the producer

@@ -15,7 +15,7 @@ from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from cddlm.application import repository as repo
-from cddlm.application.tables import deliveries, events, subscriptions
+from cddlm.application.tables import LOCAL_OWNER, deliveries, events, subscriptions
 from cddlm.notify.parse import SubscribeRequest
 
 ACTIVE, FAILED, ENDED = "active", "failed", "ended"
@@ -47,6 +47,8 @@ class Subscription:
     lease_expires: float | None
     delivered: int
     last_delivered: float | None
+    subscriber: str | None = None       # the principal who made it
+    scope: str | None = None            # ApplicationCreated: whose applications (None: all)
     undelivered: int = 0
 
     @property
@@ -68,7 +70,8 @@ def new_id() -> str:
 
 
 def insert_subscription(conn: Connection, request: SubscribeRequest, producer: str,
-                        view: str | None, portal: str, start_seq: int, now: float) -> str:
+                        view: str | None, portal: str, start_seq: int, now: float,
+                        subscriber: str = LOCAL_OWNER, scope: str | None = None) -> str:
     sub_id = new_id()
     conn.execute(insert(subscriptions).values(
         id=sub_id, producer=producer, producer_view=view, portal=portal,
@@ -76,7 +79,7 @@ def insert_subscription(conn: Connection, request: SubscribeRequest, producer: s
         message_filter=request.filter.message_filter_json(), consumer=request.consumer_xml,
         consumer_address=request.consumer.address, created=now,
         termination_time=request.termination_time, start_seq=start_seq, paused=False,
-        status=ACTIVE, attempts=0, delivered=0))
+        status=ACTIVE, attempts=0, delivered=0, subscriber=subscriber, scope=scope))
     return sub_id
 
 
@@ -137,9 +140,13 @@ def view_to_name(conn: Connection, app_id: str, recorded: str | None, portal: st
     return repo.new_view(conn, app_id, portal, now).id
 
 
-def latest_event(conn: Connection, producer: str, topic: str) -> dict | None:
-    row = conn.execute(select(events.c.message).where(events.c.producer == producer,
-                                                      events.c.topic == topic)
-                       .order_by(events.c.id.desc()).limit(1)).first()
+def latest_event(conn: Connection, producer: str, topic: str,
+                 scope: str | None = None) -> dict | None:
+    """The newest event of a producer on a topic (of ``scope``'s applications only, when given:
+    the portal's ApplicationCreated events as a user may see them)."""
+    query = select(events.c.message).where(events.c.producer == producer, events.c.topic == topic)
+    if scope is not None:
+        query = query.where(events.c.owner == scope)
+    row = conn.execute(query.order_by(events.c.id.desc()).limit(1)).first()
     return json.loads(row[0]) if row is not None else None
 

@@ -89,6 +89,8 @@ FAULTS: dict[type, FaultKind] = {
     errors.TerminationTimeChangeRejected: FaultKind("{%s}TerminationTimeChangeRejectedFault" % RL,
                                                     "Client"),
     errors.ResourceNotDestroyed: FaultKind("{%s}ResourceNotDestroyedFault" % RL, "Client"),
+    errors.QuotaExceeded: FaultKind("{%s}QuotaExceededFault" % API, "Client", extra=lambda e, el: (
+        _sub(el, "{%s}quota" % API, e.quota), _sub(el, "{%s}limit" % API, e.limit))),
     errors.DeploymentFailed: FaultKind("{%s}DeploymentFault" % API, "Server"),
     errors.RemoteFault: FaultKind("{%s}RemoteFault" % API, "Server", extra=_remote),
     errors.StoreUnavailable: FaultKind("{%s}ResourceUnavailableFault" % R, "Server"),
@@ -129,14 +131,33 @@ def detail(exc: errors.CddlmError, now: float | None = None) -> etree._Element:
 
 
 class SoapFault(Fault):
-    """A spyne Fault that remembers its wsa:Action (read by the envelope writer)."""
+    """A spyne Fault that remembers its wsa:Action (read by the envelope writer), and the
+    HTTP status and headers to answer with (500 and none, but for authentication)."""
 
-    def __init__(self, code: str, message: str, detail_el: etree._Element | None, action: str):
+    def __init__(self, code: str, message: str, detail_el: etree._Element | None, action: str,
+                 status: str = "500 Internal Server Error", headers: dict | None = None):
         super().__init__(faultcode=code, faultstring=message, detail=detail_el)
         self.action = action
+        self.status = status
+        self.headers = headers or {}
+
+
+HTTP_STATUS = {401: "401 Unauthorized", 403: "403 Forbidden", 429: "429 Too Many Requests"}
 
 
 def to_fault(exc: BaseException) -> SoapFault:
+    if isinstance(exc, errors.AuthenticationFailed):
+        # WS-Security 1.0 (SOAP Message Security, section 12): the fault code is the QName,
+        # with no detail; HTTP 401 with a Basic challenge, 403 for a known user who may not,
+        # 429 with Retry-After for an address that failed too often
+        headers = {}
+        if exc.challenge and exc.status in (401, 429):
+            headers["WWW-Authenticate"] = exc.challenge
+        if exc.retry_after:
+            headers["Retry-After"] = str(exc.retry_after)
+        return SoapFault("{%s}FailedAuthentication" % ns.WSSE, exc.message, None,
+                         ns.WSA + "/soap/fault", HTTP_STATUS.get(exc.status, "401 Unauthorized"),
+                         headers)
     if isinstance(exc, errors.AddressingError):
         # WS-Addressing 1.0 SOAP binding, SOAP 1.1: the most specific fault code as faultcode,
         # the problem header in the detail; no BaseFault (the fault is WS-Addressing's)

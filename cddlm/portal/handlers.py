@@ -16,7 +16,7 @@ from cddlm import __version__, ns, wsa
 from cddlm.application import options as opts
 from cddlm.application.repository import PORTAL_PRODUCER, App
 from cddlm.application.service import Service
-from cddlm.application.views import LOCAL_ADMIN, Principal, Views
+from cddlm.application.views import Views
 from cddlm.errors import (BadArgument, ResourceNotDestroyed, ResourceUnknown,
                           TerminationTimeChangeRejected)
 from cddlm.lang import registry
@@ -71,40 +71,38 @@ class Handlers:
         self.subscriptions = subscriptions   # portal.subscriptions.SubscriptionHandlers, when wired
         self.views = views or Views(service)
 
-    @staticmethod
-    def principal(req: Request) -> Principal:
-        """Who asks, for the read models. Until the edge authenticates (issue 9) every caller
-        is the local admin; the application a request names was already found by ``app``."""
-        return LOCAL_ADMIN
-
     # -- portal ---------------------------------------------------------------------------------
     def create(self, req: Request) -> etree._Element:
         b = req.body
         name = m.text(b, "name")
         app, view = self.service.create(name.strip() if name else None, m.text(b, "hostname"),
-                                        m.options(m.child(b, "options")), req.portal)
+                                        m.options(m.child(b, "options")), req.portal,
+                                        principal=req.principal)
         return m.element("createResponse", m.element("ResourceId", value=app.id),
                          m.app_reference(view))
 
     def lookup(self, req: Request) -> etree._Element:
         rid, name = m.text(req.body, "ResourceId"), m.text(req.body, "name")
         view = self.service.lookup(req.portal, resource_id=rid.strip() if rid is not None else None,
-                                   name=name.strip() if name is not None else None)
+                                   name=name.strip() if name is not None else None,
+                                   principal=req.principal)
         return m.element("lookupResponse", m.app_reference(view))
 
     def rebind(self, req: Request) -> etree._Element:
         ref = wsa.parse_epr(m.child(req.body, "applicationReference"))
         if ref is None:
             raise BadArgument("applicationReference has no Address")
-        view = self.service.rebind(req.portal, ref.address, ref.parameter(m.q("ResourceId")))
+        view = self.service.rebind(req.portal, ref.address, ref.parameter(m.q("ResourceId")),
+                                   principal=req.principal)
         return m.element("rebindResponse", m.app_reference(view))
 
     def portal_properties(self, req: Request) -> rp.Properties:
         return rp.Properties(m.q("portalProperties"), {
             m.q("staticInfo"): lambda: [self.static_info(req.portal)],
-            m.q("dynamicInfo"): lambda: [self.dynamic_info()],
+            m.q("dynamicInfo"): lambda: [self.dynamic_info(req)],
             m.q("applications"): lambda: [m.element("applications", *[
-                m.app_reference(v) for v in self.service.applications(req.portal)])],
+                m.app_reference(v) for v in self.service.applications(req.portal,
+                                                                      principal=req.principal)])],
             **producer_properties(topics.CREATED),
             _q(RL, "CurrentTime"): rp.current_time,
             _q(RL, "TerminationTime"): lambda: [rp.termination_time(None)],
@@ -144,9 +142,9 @@ class Handlers:
             m.sub(options, "option", uri)
         return info
 
-    def dynamic_info(self) -> etree._Element:
+    def dynamic_info(self, req: Request) -> etree._Element:
         now = time.time()
-        data = self.service.dynamic_info()
+        data = self.service.dynamic_info(principal=req.principal)
         info = m.element("dynamicInfo")
         m.sub(info, "time", format_datetime(now))
         m.sub(info, "uptime", format_duration(now - self.started))
@@ -174,8 +172,10 @@ class Handlers:
         name = (req.body.findtext(ext + "host") or "").strip()
         down = (req.body.findtext(ext + "down") or "").strip() in ("true", "1")
         reason = req.body.findtext(ext + "reason")
-        self.service.mark_host(name, down, reason.strip() if reason else None)
-        host = next(h for h in self.service.dynamic_info()["hosts"] if h["name"] == name)
+        self.service.mark_host(name, down, reason.strip() if reason else None,
+                               principal=req.principal)
+        host = next(h for h in self.service.dynamic_info(principal=req.principal)["hosts"]
+                    if h["name"] == name)
         out = etree.Element(ext + "setHostStateResponse", nsmap={"ext": ns.EXT})
         el = etree.SubElement(out, ext + "host", name=name, agent=host["agent"],
                               down="true" if host["down"] else "false")
@@ -188,7 +188,7 @@ class Handlers:
         view_id = view_of(req)
         if not view_id:
             raise ResourceUnknown("the request names no application (address /cddlm/applications/ID)")
-        return self.service.app_for_view(view_id, req.resource_id())
+        return self.service.app_for_view(view_id, req.resource_id(), principal=req.principal)
 
     def producer(self, req: Request) -> tuple[str, str]:
         """The application a request to a view names, and the view: a notification producer."""
@@ -199,20 +199,21 @@ class Handlers:
         b = req.body
         self.service.initialize(app.id, m.descriptor(m.child(b, "descriptor")),
                                 m.properties(m.child(b, "properties")),
-                                m.options(m.child(b, "options")))
+                                m.options(m.child(b, "options")), principal=req.principal)
         return m.element("initializeResponse")
 
     def run(self, req: Request) -> etree._Element:
-        self.service.run(self.app(req).id)
+        self.service.run(self.app(req).id, principal=req.principal)
         return m.element("runResponse")
 
     def terminate(self, req: Request) -> etree._Element:
         reason = m.text(req.body, "reason")
-        self.service.terminate(self.app(req).id, reason.strip() if reason else None)
+        self.service.terminate(self.app(req).id, reason.strip() if reason else None,
+                               principal=req.principal)
         return m.element("terminateResponse")
 
     def destroy(self, req: Request) -> etree._Element:
-        self.service.destroy(self.app(req).id)
+        self.service.destroy(self.app(req).id, principal=req.principal)
         return m.element("destroyResponse")
 
     def ping(self, req: Request) -> etree._Element:
@@ -246,7 +247,7 @@ class Handlers:
         ext = "{%s}" % ns.EXT
         b = req.body
         lines, offset = b.findtext(ext + "lines"), b.findtext(ext + "offset")
-        found = self.views.log(self.principal(req), app.id, (b.findtext(ext + "component") or "").strip(),
+        found = self.views.log(req.principal, app.id, (b.findtext(ext + "component") or "").strip(),
                                (b.findtext(ext + "stream") or "stdout").strip(),
                                lines=int(lines) if lines else None,
                                offset=int(offset) if offset else None)
@@ -264,7 +265,7 @@ class Handlers:
         """``ext:components``: the component table as the portal records it, with ports."""
         ext = "{%s}" % ns.EXT
         out = etree.Element(ext + "components", nsmap={"ext": ns.EXT})
-        for c in self.views.components(self.principal(req), app.id):
+        for c in self.views.components(req.principal, app.id):
             el = etree.SubElement(out, ext + "component", path=c["path"], type=c["type"],
                                   state=c["state"])
             for key in ("desired", "host", "provider", "pid", "restarts", "exitCode", "exitSignal"):
@@ -281,7 +282,7 @@ class Handlers:
 
     def destroy_view(self, req: Request) -> etree._Element:
         self.app(req)
-        self.service.destroy_view(view_of(req))
+        self.service.destroy_view(view_of(req), principal=req.principal)
         return etree.Element(_q(RL, "DestroyResponse"), nsmap={"wsrf-rl": RL})
 
     def set_termination_time(self, req: Request) -> etree._Element:
@@ -289,7 +290,7 @@ class Handlers:
         (spec 4.3); ``ext:scheduleTermination`` ends the application."""
         self.app(req)
         when, now = requested_time(req.body, RL, "RequestedTerminationTime", "RequestedLifetimeDuration")
-        new = self.service.set_view_termination(view_of(req), when)
+        new = self.service.set_view_termination(view_of(req), when, principal=req.principal)
         return set_termination_response(new, now)
 
     def schedule_termination(self, req: Request) -> etree._Element:
@@ -297,7 +298,7 @@ class Handlers:
         the termination-time option does."""
         app = self.app(req)
         when, now = requested_time(req.body, ns.EXT, "at", "after")
-        new = self.service.schedule_termination(app.id, when)
+        new = self.service.schedule_termination(app.id, when, principal=req.principal)
         out = etree.Element(_q(ns.EXT, "scheduleTerminationResponse"), nsmap={"ext": ns.EXT})
         out.append(rp.termination_time(new, _q(ns.EXT, "scheduledTermination")))
         etree.SubElement(out, _q(ns.EXT, "currentTime")).text = format_datetime(now)

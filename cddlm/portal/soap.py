@@ -1,10 +1,11 @@
 """The SOAP 1.1 edge on Spyne: one protocol subclass and one Spyne application per endpoint.
 
 Spyne carries the HTTP exchange; this module does what the portal needs on top (see
-notes/soap-stack.md): parse with the safe parser, check ``mustUnderstand`` headers, route on
-the full QName of the body element through the endpoint's operation table, validate the body
-against the project's schemas, and write the whole response envelope itself (body, fault and
-WS-Addressing headers) in place of Spyne's serializer.
+notes/soap-stack.md): parse with the safe parser, check ``mustUnderstand`` headers,
+authenticate the caller (``portal/auth.py``: the request's principal, before anything else is
+looked at), route on the full QName of the body element through the endpoint's operation
+table, validate the body against the project's schemas, and write the whole response envelope
+itself (body, fault and WS-Addressing headers) in place of Spyne's serializer.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from spyne import AnyXml, Application, ServiceBase, rpc
 from spyne.protocol.soap import Soap11
 
 from cddlm import ns, wsa, xmlsafe
+from cddlm.application.tenancy import LOCAL_ADMIN, Principal
 from cddlm.config import Limits
 from cddlm.errors import AddressingError, BadArgument, RequestTooLarge
 from cddlm.portal.faults import SoapFault, detail, soap_fault, to_fault
@@ -27,7 +29,7 @@ from cddlm.portal.faults import SoapFault, detail, soap_fault, to_fault
 log = logging.getLogger(__name__)
 ENV = ns.SOAP11_ENV
 SOAP12_ENV = "http://www.w3.org/2003/05/soap-envelope"
-UNDERSTOOD_NS = frozenset(wsa.VERSIONS)
+UNDERSTOOD_NS = frozenset(wsa.VERSIONS) | {ns.WSSE}     # addressing, and wsse:Security
 ACTOR_NEXT = "http://schemas.xmlsoap.org/soap/actor/next"
 OUT_NSMAP = {"soapenv": ENV, "wsa": ns.WSA}
 
@@ -39,6 +41,7 @@ class Request:
     addressing: wsa.Addressing
     path: str                      # PATH_INFO below the endpoint's mount point
     portal: str                    # this portal's base URL
+    principal: Principal           # who sends it (portal/auth.py)
 
     def resource_id(self) -> str | None:
         return self.addressing.parameter("{%s}ResourceId" % ns.API)
@@ -95,16 +98,21 @@ class Validator:
                 " (line %d)" % err.line if err is not None and err.line else ""))
 
 
+Authenticate = Callable[[dict, list], Principal]     # (environ, SOAP headers) -> who
+
+
 class CddlmSoap(Soap11):
-    """SOAP 1.1 as the portal speaks it; see the module docstring."""
+    """SOAP 1.1 as the portal speaks it; see the module docstring. Without ``authenticate``
+    every caller is the local administrator."""
 
     def __init__(self, endpoint: Endpoint, validator: Validator | None, limits: Limits,
-                 portal_url: Callable[[], str]):
+                 portal_url: Callable[[], str], authenticate: Authenticate | None = None):
         super().__init__()
         self.endpoint = endpoint
         self.validator = validator
         self.limits = limits
         self.portal_url = portal_url
+        self.authenticate = authenticate
 
     def create_in_document(self, ctx, charset=None):
         ctx.udc = _State()
@@ -133,6 +141,13 @@ class CddlmSoap(Soap11):
                     and h.tag not in self.endpoint.understood_headers:
                 raise soap_fault("MustUnderstand", "header %s is marked mustUnderstand and is not "
                                                    "understood by this endpoint" % h.tag)
+        env = ctx.transport.req_env
+        principal = LOCAL_ADMIN.at(env.get("REMOTE_ADDR") or "")
+        if self.authenticate is not None:
+            try:
+                principal = self.authenticate(env, headers)
+            except Exception as e:   # AuthenticationFailed, or the store failing
+                raise _answering(ctx, to_fault(e)) from None
         elsewhere = addressing.elsewhere()
         if elsewhere is not None:   # replies go back on the HTTP connection, never elsewhere
             header, address = elsewhere
@@ -155,10 +170,9 @@ class CddlmSoap(Soap11):
                 self.validator.check(body_el)
             except BadArgument as e:
                 raise to_fault(e) from None
-        env = ctx.transport.req_env
         ctx.udc.operation = operation
         ctx.udc.request = Request(body_el, headers, addressing, env.get("PATH_INFO", ""),
-                                  self.portal_url())
+                                  self.portal_url(), principal)
         ctx.in_header_doc = header
         ctx.in_body_doc = body_el
         ctx.method_request_string = "{%s}dispatch" % ns.API_WSDL
@@ -177,8 +191,16 @@ def _dispatch(ctx, _payload):
     except SoapFault:
         raise
     except Exception as e:  # every error becomes a fault in exactly one place
-        raise to_fault(e) from None
+        raise _answering(ctx, to_fault(e)) from None
     return None
+
+
+def _answering(ctx, fault: SoapFault) -> SoapFault:
+    """The fault, with its HTTP status and headers (401 and a challenge ...) set on the reply."""
+    if fault.status != "500 Internal Server Error":
+        ctx.transport.resp_code = fault.status
+    ctx.transport.resp_headers.update(fault.headers)
+    return fault
 
 
 def _write_envelope(ctx) -> None:
@@ -203,8 +225,10 @@ def _fault_element(fault) -> etree._Element:
     code = str(getattr(fault, "faultcode", "Server") or "Server")
     message = str(getattr(fault, "faultstring", "") or "error")
     el = etree.Element("{%s}Fault" % ENV, nsmap=OUT_NSMAP)
-    if code.startswith("{"):     # a fault code in another namespace (WS-Addressing's)
+    if code.startswith("{"):     # a fault code in another namespace (WS-Addressing's, wsse's)
         base = "Qualified"
+        if code.startswith("{%s}" % ns.WSSE):
+            el = etree.Element("{%s}Fault" % ENV, nsmap=dict(OUT_NSMAP, wsse=ns.WSSE))
         etree.SubElement(el, "faultcode").text = etree.QName(code)
     else:
         base = code.split(".", 1)[0].split(":")[-1]
@@ -239,10 +263,10 @@ def _server(message: str):
 
 
 def application(endpoint: Endpoint, validator: Validator | None, limits: Limits,
-                portal_url: Callable[[], str]) -> Application:
+                portal_url: Callable[[], str], authenticate: Authenticate | None = None) -> Application:
     service = type("%sService" % endpoint.name.title(), (ServiceBase,), {
         "dispatch": rpc(AnyXml, _body_style="bare", _returns=AnyXml)(_dispatch)})
-    in_protocol = CddlmSoap(endpoint, validator, limits, portal_url)
-    out_protocol = CddlmSoap(endpoint, validator, limits, portal_url)
+    in_protocol = CddlmSoap(endpoint, validator, limits, portal_url, authenticate)
+    out_protocol = CddlmSoap(endpoint, validator, limits, portal_url, authenticate)
     return Application([service], tns=ns.API_WSDL, name=endpoint.name, in_protocol=in_protocol,
                        out_protocol=out_protocol)

@@ -48,7 +48,8 @@ class SubscriptionHandlers:
     def producer_operations(self, kind: str, producer: Producer) -> dict[str, Operation]:
         def subscribe(req: Request) -> etree._Element:
             who, view = producer(req)
-            sub_id, until = self.subscriptions.subscribe(req.body, kind, who, view, req.portal)
+            sub_id, until = self.subscriptions.subscribe(req.body, kind, who, view, req.portal,
+                                                         principal=req.principal)
             now = self.subscriptions.clock()
             return _wsnt("SubscribeResponse",
                          nm.subscription_reference(WSNT + "SubscriptionReference", req.portal, sub_id),
@@ -59,7 +60,8 @@ class SubscriptionHandlers:
             who, _ = producer(req)
             topic = req.body.find(WSNT + "Topic")
             return _wsnt("GetCurrentMessageResponse",
-                         self.subscriptions.current_message(topic, kind, who))
+                         self.subscriptions.current_message(topic, kind, who,
+                                                            principal=req.principal))
 
         return {
             WSNT + "Subscribe": Operation(subscribe, BW + "NotificationProducer/SubscribeResponse"),
@@ -81,28 +83,29 @@ class SubscriptionHandlers:
         return parsed.hex
 
     def renew(self, req: Request) -> etree._Element:
-        when, now = self.subscriptions.renew(self.sub_id(req), req.body.find(WSNT + "TerminationTime"))
+        when, now = self.subscriptions.renew(self.sub_id(req), req.body.find(WSNT + "TerminationTime"),
+                                             principal=req.principal)
         return _wsnt("RenewResponse", rp.termination_time(when, WSNT + "TerminationTime"),
                      _time("CurrentTime", now))
 
     def unsubscribe(self, req: Request) -> etree._Element:
-        self.subscriptions.unsubscribe(self.sub_id(req))
+        self.subscriptions.unsubscribe(self.sub_id(req), principal=req.principal)
         return _wsnt("UnsubscribeResponse")
 
     def destroy(self, req: Request) -> etree._Element:
-        self.subscriptions.unsubscribe(self.sub_id(req))
+        self.subscriptions.unsubscribe(self.sub_id(req), principal=req.principal)
         return etree.Element(RL + "DestroyResponse", nsmap={"wsrf-rl": ns.WSRF_RL})
 
     def pause(self, req: Request) -> etree._Element:
-        self.subscriptions.pause(self.sub_id(req))
+        self.subscriptions.pause(self.sub_id(req), principal=req.principal)
         return _wsnt("PauseSubscriptionResponse")
 
     def resume(self, req: Request) -> etree._Element:
-        self.subscriptions.resume(self.sub_id(req))
+        self.subscriptions.resume(self.sub_id(req), principal=req.principal)
         return _wsnt("ResumeSubscriptionResponse")
 
     def properties(self, req: Request) -> rp.Properties:
-        sub = self.subscriptions.get(self.sub_id(req))
+        sub = self.subscriptions.get(self.sub_id(req), principal=req.principal)
         return rp.Properties(m.q("subscriptionProperties"), {
             WSNT + "ConsumerReference": lambda: [xmlsafe.parse(sub.consumer.encode("utf-8"))],
             WSNT + "Filter": lambda: [xmlsafe.parse(sub.filter_xml.encode("utf-8"))],

@@ -65,11 +65,13 @@ SCHEMAS = ("api.xsd", "ext.xsd", "rp-2.xsd", "rl-2.xsd", "b-2.xsd")
 
 
 def build(endpoints: dict[str, Endpoint], limits: Limits, portal_url: Callable[[], str],
-          dashboard: Callable | None = None) -> "Router":
+          dashboard: Callable | None = None,
+          authenticate: soap.Authenticate | None = None) -> "Router":
     """The WSGI application for these endpoints (mount point -> endpoint), with ``dashboard``
-    (a WSGI application) answering every other path."""
+    (a WSGI application) answering every other path. Every SOAP request is authenticated by
+    ``authenticate`` (none: local mode); the WSDL and its schemas are public."""
     validator = soap.Validator(XSD_DIR, SCHEMAS)
-    apps = {mount: WsgiApplication(soap.application(ep, validator, limits, portal_url),
+    apps = {mount: WsgiApplication(soap.application(ep, validator, limits, portal_url, authenticate),
                                    max_content_length=limits.max_body_bytes + 1)
             for mount, ep in endpoints.items()}
     return Router(apps, limits, portal_url, dashboard)

@@ -24,7 +24,7 @@ import jinja2
 from cddlm import __version__
 from cddlm.application.views import LOCAL_ADMIN, Principal, Views
 from cddlm.config import Settings
-from cddlm.errors import BadArgument, NoSuchApplication, ResourceUnknown
+from cddlm.errors import AuthenticationFailed, BadArgument, NoSuchApplication, ResourceUnknown
 from cddlm.web import highlight, picture
 
 HERE = Path(__file__).resolve().parent
@@ -34,14 +34,6 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' 
        "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 COMMON_HEADERS = [("X-Content-Type-Options", "nosniff"), ("Referrer-Policy", "no-referrer")]
 SECRET_NAME = re.compile(r"pass|secret|token|key|credential", re.I)
-
-
-class Unauthenticated(Exception):
-    """The request carries no (valid) credentials; ``challenge`` is the WWW-Authenticate value."""
-
-    def __init__(self, challenge: str | None = None):
-        super().__init__("authentication required")
-        self.challenge = challenge
 
 
 @dataclass
@@ -76,7 +68,8 @@ def _route(pattern: str) -> re.Pattern:
 
 class Dashboard:
     """``authenticate(environ) -> Principal`` is the edge's authenticator (raising
-    ``Unauthenticated``); without one every caller is the local admin of local mode."""
+    ``AuthenticationFailed``: HTTP Basic, which browsers ask for themselves, or a Bearer token);
+    without one every caller is the local admin of local mode. Static files are public."""
 
     def __init__(self, views: Views, settings: Settings, portal_url: Callable[[], str],
                  authenticate: Callable[[dict], Principal] | None = None):
@@ -104,6 +97,8 @@ class Dashboard:
                 ("/api/v1/applications/{id}/history", self.api_history),
                 ("/api/v1/applications/{id}/descriptor", self.api_descriptor),
                 ("/api/v1/applications/{id}/logs", self.api_logs),
+                ("/api/v1/applications/{id}/audit", self.api_app_audit),
+                ("/api/v1/audit", self.api_audit),
                 ("/api/v1/datacenter", self.api_datacenter),
                 ("/api/v1/hosts", self.api_hosts),
                 ("/api/v1/peers", self.api_peers),
@@ -134,14 +129,18 @@ class Dashboard:
                     break
             else:
                 raise _Refused("404 Not Found", "no such page: %s" % path)
-            request = Request(environ, self.principal_for(environ), m.groupdict(),
+            principal = LOCAL_ADMIN if handler == self.static else self.principal_for(environ)
+            request = Request(environ, principal, m.groupdict(),
                               {k: v[0] for k, v in parse_qs(environ.get("QUERY_STRING", ""),
                                                             keep_blank_values=True).items()},
                               environ.get("SCRIPT_NAME", "").rstrip("/"))
             response = handler(request)
-        except Unauthenticated as e:
+        except AuthenticationFailed as e:
             extra = [("WWW-Authenticate", e.challenge)] if e.challenge else []
-            response = self._error(api, "401 Unauthorized", str(e), extra)
+            if e.retry_after:
+                extra.append(("Retry-After", str(e.retry_after)))
+            status = {403: "403 Forbidden", 429: "429 Too Many Requests"}.get(e.status, "401 Unauthorized")
+            response = self._error(api, status, str(e), extra)
         except (NoSuchApplication, ResourceUnknown) as e:
             response = self._error(api, "404 Not Found", str(e))
         except BadArgument as e:
@@ -223,8 +222,9 @@ class Dashboard:
         limit = self.settings.dashboard.descriptor_chars
         tokens = highlight.highlight(descriptor["language"], text[:limit])
         dc = self.views.datacenter(principal, app["id"])
+        audit_log = self.views.audit(principal, app["id"], 50)
         return self._page("application.html", request, title=app["name"] or app["id"], app=app,
-                          logs=logs, chosen=chosen, tokens=tokens, cut=len(text) > limit,
+                          logs=logs, chosen=chosen, tokens=tokens, cut=len(text) > limit, audit_log=audit_log,
                           descriptor_length=len(text), pic=self._picture(request, dc), dc=dc,
                           **live)
 
@@ -277,6 +277,14 @@ class Dashboard:
             raise BadArgument("name the component: ?path=COMPONENT")
         return _json(self.views.logs(request.principal, request.args["id"], path,
                                      request.int_arg("lines", None)))
+
+    def api_app_audit(self, request: Request) -> Response:
+        return _json({"audit": self.views.audit(request.principal, request.args["id"],
+                                                request.int_arg("limit", 100) or 100)})
+
+    def api_audit(self, request: Request) -> Response:
+        return _json({"audit": self.views.audit(request.principal, None,
+                                                request.int_arg("limit", 100) or 100)})
 
     def api_datacenter(self, request: Request) -> Response:
         return _json(self.views.datacenter(request.principal, request.query.get("app") or None))

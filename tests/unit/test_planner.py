@@ -99,3 +99,16 @@ def test_component_transitions_reject_stale_reports():
     assert s.component_next("stopping", "failed") is None   # a planned stop is no failure
     assert s.component_next("stopped", "running") is None
     assert s.component_next("running", "restart") == "deployed"
+
+
+def test_an_application_whose_every_leaf_failed_optionally_still_runs():
+    # found by the generated descriptors (issue 17): every leaf below an optional compound that
+    # failed; nothing counted, and the application waited in initialized for ever
+    rows = [("c0", "compound", None, 0, "failed", True, False),
+            ("c0/c0", "compound", "c0", 0, "running", True, False),
+            leaf("c0/f1", "running", "c0", 1, type_="file"),
+            leaf("c0/p2", "failed", "c0", 2, once=True)]
+    p = s.plan("initialized", "running", tree(*rows), set())
+    assert p.events == ["started"] and p.failure is None
+    p = s.plan("instantiated", "running", tree(*rows), set())
+    assert p.events[:1] == ["deployed"]

@@ -8,10 +8,10 @@ reason otherwise.
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 
 import pytest
+
+from tests.debian import ensure_package
 
 CHROMIUM = os.environ.get("CDDLM_CHROMIUM", "/usr/bin/chromium")
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -20,20 +20,7 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-f
 
 def ensure_chromium() -> str | None:
     """The reason the browser cannot run here, or None once ``CHROMIUM`` is there."""
-    if os.path.exists(CHROMIUM):
-        return None
-    apt = shutil.which("apt-get")
-    if apt is None or os.geteuid() != 0:
-        return "%s is missing and cannot be installed here (needs root and apt-get: " \
-               "apt-get install chromium)" % CHROMIUM
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in ([apt, "install", "-y", "-q", "chromium"],
-                [apt, "update", "-q"], [apt, "install", "-y", "-q", "chromium"]):
-        subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=900, check=False)
-        if os.path.exists(CHROMIUM):
-            return None
-    return "apt-get install chromium did not provide %s" % CHROMIUM
+    return ensure_package("chromium", lambda: os.path.exists(CHROMIUM), CHROMIUM)
 
 
 @pytest.fixture(scope="session")

@@ -65,6 +65,8 @@ class Engine:
         self._trees_lock = threading.Lock()
         self.watcher: ExitWatcher | None = None
         self.on_events: list[Callable[[], None]] = []   # woken after lifecycle events commit
+        # owner -> the OS account its components run as (tenancy.Accounts; set by app.py)
+        self.accounts: Callable[[str | None], str | None] = lambda owner: settings.security.run_as
 
     # -- life of the engine -------------------------------------------------------------------
     def start(self) -> None:
@@ -133,7 +135,8 @@ class Engine:
         node = self.tree(app).find(comp.path)
         hv = self.values(app, comps, comp)
         attrs = hv.attributes(node, lenient) if node is not None else {}
-        return Target(app.id, comp.path, comp.type, attrs, comp.host or "", values=hv.property)
+        return Target(app.id, comp.path, comp.type, attrs, comp.host or "", values=hv.property,
+                      user=self.accounts(app.owner))
 
     # -- the work loop ------------------------------------------------------------------------
     def _work_loop(self) -> None:

@@ -10,6 +10,10 @@ written before the program runs, so a portal killed between the spawn and the da
 commit finds the process again (``adopt``) instead of starting a second one. A process is
 identified by (pid, start time); exit codes are known for this portal's own children and
 reported as unknown for processes adopted after a restart.
+
+A component whose ``Target.user`` names an account (``--run-as``) runs as that account, with
+no supplementary groups and umask 077; its directories are that account's, mode 0700, and the
+portal reaches into them only through ``confine`` (no links followed, no FIFOs opened).
 """
 
 from __future__ import annotations
@@ -19,7 +23,6 @@ import re
 import shutil
 import signal
 import socket
-import stat
 import subprocess
 import threading
 import time
@@ -28,7 +31,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cddlm.application.enactment import procfs
+from cddlm.application.enactment import confine, procfs
+from cddlm.application.enactment.confine import Account, Escape
 
 STDERR_TAIL_LINES = 20
 READINESS_TIMEOUT = 30.0    # seconds a readiness condition may take when it does not say
@@ -46,6 +50,7 @@ class Target:
     attributes: dict[str, Any]
     host: str
     values: Callable[[str], Any] = lambda name: None   # property lookup for ${name} substitution
+    user: str | None = None                            # the OS account it runs as (None: ours)
 
 
 @dataclass
@@ -84,6 +89,18 @@ class LocalRunner:
     def component_dir(self, app_id: str, path: str) -> str:
         return os.path.join(self.app_dir(app_id), *path.split("/"))
 
+    @staticmethod
+    def account(t: Target) -> Account | None:
+        """The account ``t`` runs as (LookupError: there is no such account, or it is root)."""
+        return Account.named(t.user) if t.user else None
+
+    def _make_dirs(self, t: Target, account: Account | None) -> str:
+        """The application's and the component's directories, the account's (0700)."""
+        app_dir = confine.make_app_dir(os.path.join(self.root, "apps"),
+                                       os.path.basename(self.app_dir(t.app_id)), account)
+        os.close(confine.open_dir(app_dir, t.path.split("/"), True, account))
+        return self.component_dir(t.app_id, t.path)
+
     def remove_app(self, app_id: str) -> None:
         shutil.rmtree(self.app_dir(app_id), ignore_errors=True)
 
@@ -102,25 +119,15 @@ class LocalRunner:
         without ``offset`` the last ``lines`` lines of its end (a partial first line is
         dropped); with one, the complete lines after byte ``offset`` (from the start when the
         file is now shorter: it was replaced). Returns them and the offset to read on from.
-        Only a regular file is read, never through a symbolic link: the component owns its
-        directory and could put anything there."""
+        Only a regular file below the application's directory is read, never through a link
+        (``confine``): the component owns its directory and could put anything there."""
         if stream not in ("stdout", "stderr"):
             raise ValueError(stream)
-        name = os.path.join(self.component_dir(app_id, path), stream + ".log")
         try:
-            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError:
+            data, start = confine.read_tail(self.app_dir(app_id), path + "/" + stream + ".log",
+                                            max_bytes, offset)
+        except (OSError, Escape):
             return [], offset or 0
-        with os.fdopen(fd, "rb") as f:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return [], offset or 0
-            size = f.seek(0, os.SEEK_END)
-            if offset is None:
-                start = max(0, size - max_bytes)
-            else:
-                start = offset if offset <= size else 0
-            f.seek(start)
-            data = f.read(max_bytes)
         if offset is not None:
             # complete lines only, so that the next read goes on where a line begins (a line
             # longer than max_bytes comes in pieces)
@@ -135,16 +142,25 @@ class LocalRunner:
     def deploy(self, t: Target) -> Outcome:
         workdir = self.component_dir(t.app_id, t.path)
         try:
-            os.makedirs(workdir, exist_ok=True)
+            account = self.account(t)
+            self._make_dirs(t, account)
+        except LookupError as e:
+            return Outcome("failed", "cannot run as %s: %s" % (t.user, e.args[0]))
+        except Escape as e:
+            return Outcome("failed", "cannot create %s: %s" % (workdir, e))
         except OSError as e:
             return Outcome("failed", "cannot create %s: %s" % (workdir, e.strerror))
         runtime = {"workdir": workdir, "host": self.host}
         if t.type == "process":
             argv = t.attributes["argv"]
-            env = self._env(t, workdir)
+            env = self._env(t, workdir, account)
             exe = argv[0]
+            try:
+                cwd = self._cwd(t, workdir)
+            except Escape as e:
+                return Outcome("failed", "cwd: %s" % e, runtime=runtime)
             if os.sep in exe:
-                found = exe if os.path.isabs(exe) else os.path.join(self._cwd(t, workdir), exe)
+                found = exe if os.path.isabs(exe) else os.path.join(cwd, exe)
                 ok = os.path.isfile(found) and os.access(found, os.X_OK)
             else:
                 found = shutil.which(exe, path=env.get("PATH"))
@@ -159,10 +175,11 @@ class LocalRunner:
     def _file_path(self, t: Target) -> str | None:
         rel = str(t.attributes["path"])
         base = self.app_dir(t.app_id)
-        full = os.path.normpath(os.path.join(base, rel))
-        if os.path.isabs(rel) or not (full + os.sep).startswith(base + os.sep):
+        try:
+            names = confine.inside(base, rel)
+        except Escape:
             return None
-        return full
+        return os.path.join(base, *names) if names else None
 
     def _write_file(self, t: Target, runtime: dict) -> Outcome:
         full = self._file_path(t)
@@ -177,12 +194,10 @@ class LocalRunner:
         except ValueError:
             return Outcome("failed", "mode %r is not an octal number" % t.attributes.get("mode"))
         try:
-            os.makedirs(os.path.dirname(full), exist_ok=True)
-            tmp = full + ".cddlm-tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(content)
-            os.chmod(tmp, mode)
-            os.replace(tmp, full)
+            confine.write_file(self.app_dir(t.app_id), str(t.attributes["path"]),
+                               content.encode("utf-8"), mode, self.account(t))
+        except (Escape, LookupError) as e:
+            return Outcome("failed", "cannot write %s: %s" % (full, e), runtime=runtime)
         except OSError as e:
             return Outcome("failed", "cannot write %s: %s" % (full, e.strerror), runtime=runtime)
         runtime["location"] = full
@@ -195,7 +210,7 @@ class LocalRunner:
             return self._start_process(t, known_pid, known_start, keep_lease)
         if t.type == "file":
             full = self._file_path(t)
-            if full is None or not os.path.exists(full):
+            if full is None or not confine.exists(self.app_dir(t.app_id), str(t.attributes["path"])):
                 return Outcome("failed", "file %s is missing" % t.attributes.get("path"))
             return Outcome("running", runtime={"location": full, "host": self.host})
         if t.type == "probe":
@@ -231,16 +246,27 @@ class LocalRunner:
             return False
         return ("CDDLM_COMPONENT=%s %s" % (t.app_id, t.path)).encode() in env
 
-    def _env(self, t: Target, workdir: str) -> dict[str, str]:
+    def _env(self, t: Target, workdir: str, account: Account | None = None) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k in PASS_ENV}
+        if account is not None:
+            env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
         env.update({str(k): str(v) for k, v in (t.attributes.get("env") or {}).items()})
         env.update(CDDLM_APP_ID=t.app_id, CDDLM_HOST=self.host, CDDLM_WORKDIR=workdir,
                    CDDLM_COMPONENT="%s %s" % (t.app_id, t.path))
         return env
 
     def _cwd(self, t: Target, workdir: str) -> str:
+        """The process's working directory: ``cwd`` relative to its component's directory,
+        inside the application's directory (``Escape`` otherwise, links resolved)."""
         cwd = t.attributes.get("cwd")
-        return os.path.join(workdir, cwd) if cwd else workdir
+        if not cwd:
+            return workdir
+        base = self.app_dir(t.app_id)
+        full = os.path.join(base, *confine.inside(base, os.path.join(t.path, str(cwd))))
+        real, real_base = os.path.realpath(full), os.path.realpath(base)
+        if real != real_base and not real.startswith(real_base + os.sep):
+            raise Escape("%r leads out of the application's directory" % cwd)
+        return full
 
     def _start_process(self, t: Target, known_pid, known_start, keep_lease) -> Outcome:
         workdir = self.component_dir(t.app_id, t.path)
@@ -263,20 +289,29 @@ class LocalRunner:
         return Outcome("running", **base)
 
     def _spawn(self, t: Target, workdir: str):
-        os.makedirs(workdir, exist_ok=True)
         pidfile = os.path.join(workdir, "pid")
+        try:
+            account = self.account(t)
+            self._make_dirs(t, account)
+            cwd = self._cwd(t, workdir)
+            logs = [confine.open_log(self.app_dir(t.app_id), t.path + "/" + name, account)
+                    for name in ("stdout.log", "stderr.log")]
+        except (LookupError, Escape) as e:
+            return Outcome("failed", "cannot start %s: %s" % (t.attributes["argv"][0], e))
+        except OSError as e:
+            return Outcome("failed", "cannot start %s: %s" % (t.attributes["argv"][0], e.strerror))
         try:
             os.unlink(pidfile)
         except FileNotFoundError:
             pass
-        cwd = self._cwd(t, workdir)
+        as_account = {} if account is None else dict(user=account.uid, group=account.gid,
+                                                      extra_groups=[], umask=0o077)
         try:
-            with open(os.path.join(workdir, "stdout.log"), "ab") as out, \
-                    open(os.path.join(workdir, "stderr.log"), "ab") as err:
+            with open(logs[0], "ab") as out, open(logs[1], "ab") as err:
                 proc = subprocess.Popen(["/bin/sh", "-c", WRAPPER, pidfile] + list(t.attributes["argv"]),
-                                        cwd=cwd, env=self._env(t, workdir), stdin=subprocess.DEVNULL,
-                                        stdout=out, stderr=err, start_new_session=True,
-                                        close_fds=True)
+                                        cwd=cwd, env=self._env(t, workdir, account),
+                                        stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                        start_new_session=True, close_fds=True, **as_account)
         except OSError as e:
             return Outcome("failed", "cannot start %s: %s" % (t.attributes["argv"][0], e.strerror))
         with self._lock:
@@ -335,7 +370,8 @@ class LocalRunner:
             return self.check_process(pid, started)
         if t.type == "file":
             full = self._file_path(t)
-            return None if full and os.path.exists(full) else Outcome("failed", "file was removed")
+            return None if full and confine.exists(self.app_dir(t.app_id), str(t.attributes["path"])) \
+                else Outcome("failed", "file was removed")
         if t.type == "probe":
             problem = probe(t.attributes)
             return None if problem is None else Outcome("failed", problem)
@@ -358,8 +394,8 @@ class LocalRunner:
             full = self._file_path(t)
             if full:
                 try:
-                    os.unlink(full)
-                except FileNotFoundError:
+                    confine.remove_file(self.app_dir(t.app_id), str(t.attributes["path"]))
+                except (FileNotFoundError, Escape):
                     pass
                 except OSError as e:
                     # still stopped (a failure is no way out of stopping): say what was left
@@ -456,17 +492,17 @@ def readiness(ready: dict, workdir: str) -> str | None:
     if "http" in ready:
         return _http(str(ready["http"]), 1.0)
     if "file" in ready:
-        path = os.path.join(workdir, str(ready["file"]))
-        return None if os.path.exists(path) else "file %s does not exist" % ready["file"]
+        return None if confine.exists(workdir, str(ready["file"])) \
+            else "file %s does not exist" % ready["file"]
     if "log" in ready:
         pattern = re.compile(str(ready["log"]))
         for name in ("stdout.log", "stderr.log"):
             try:
-                with open(os.path.join(workdir, name), "rb") as f:
-                    if pattern.search(f.read().decode("utf-8", "replace")):
-                        return None
-            except OSError:
+                data, _ = confine.read_tail(workdir, name, 1 << 30)
+            except (OSError, Escape):
                 continue
+            if pattern.search(data.decode("utf-8", "replace")):
+                return None
         return "log line /%s/ not seen" % ready["log"]
     return None
 

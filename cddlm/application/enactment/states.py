@@ -190,16 +190,19 @@ def plan(state: str, desired: str, roots: list[Node], queued: set[tuple[str, str
         for leaf in leaves:
             if leaf.observed == PENDING and (leaf.path, "deploy") not in queued:
                 p.work.append((leaf.path, "deploy"))
+    # the leaves that count: none when every leaf is below an optional component that failed
+    # (then nothing holds the application back: it is deployed and runs, as an empty
+    # container does, rather than waiting for ever for an event that cannot come)
     settled = list(_settled_leaves(roots))
     current = state
-    if current == lifecycle.INSTANTIATED and settled and all(l.observed in DEPLOYED_OK for l in settled):
+    if current == lifecycle.INSTANTIATED and all(l.observed in DEPLOYED_OK for l in settled):
         p.events.append("deployed")
         current = lifecycle.INITIALIZED
     if desired == lifecycle.RUNNING and current in (lifecycle.INITIALIZED, lifecycle.RUNNING):
         ready: list[Node] = []
         _startable(roots, False, ready)
         p.work.extend((n.path, "start") for n in ready if (n.path, "start") not in queued)
-        if current == lifecycle.INITIALIZED and settled and all(
+        if current == lifecycle.INITIALIZED and all(
                 (l.observed == COMPLETED) if l.run_to_completion else (l.observed in STARTED_OK)
                 for l in settled):
             p.events.append("started")
