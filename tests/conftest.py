@@ -173,7 +173,8 @@ class LivePortal:
                "--state-dir", str(self.state_dir)] + self.extra
         if self.db:
             cmd += ["--db", self.db]
-        self.log = open(self.state_dir.parent / ("portal-%d.log" % time.time_ns()), "wb")
+        self.log_path = self.state_dir.parent / ("portal-%d.log" % time.time_ns())
+        self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT)
         deadline = time.monotonic() + timeout
         line = b""
