@@ -221,11 +221,12 @@ class Portal:
         self.engine.on_events.append(self.delivery.wake)
         self.subscriptions.on_change.append(self.delivery.wake)
         notify = SubscriptionHandlers(self.subscriptions, self.queries)
-        self.handlers = Handlers(self.service, time.time(), notify, xpath=self.queries)
+        self.views = Views(self.service)
+        self.handlers = Handlers(self.service, time.time(), notify, self.views, xpath=self.queries)
         portal_ep, app_ep = self.handlers.endpoints()
         self.authenticator = Authenticator(self.users, self.store, sec, clock=clock)
         local = self.users is None
-        self.dashboard = Dashboard(Views(self.service), settings, self.portal_url,
+        self.dashboard = Dashboard(self.views, settings, self.portal_url,
                                    None if local else self.authenticator.http)
         self.wsgi = wsgi.build({"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep,
                                 "/cddlm/subscriptions": notify.manager_endpoint()},
@@ -297,6 +298,26 @@ class Portal:
         self.filters.close()
         self.store.dispose()
         self.state.release()
+
+    def summary(self) -> dict:
+        """What a starting portal says about itself: its store (password hidden), its hosts,
+        and the running components of its local hosts it re-adopted."""
+        from sqlalchemy import func, select
+        from sqlalchemy.engine import make_url
+        from cddlm.application import repository as repo
+        from cddlm.application.enactment import states
+        from cddlm.application.tables import components
+        local = [h.name for h in self.hosts.hosts.values() if h.local]
+        with self.store.read() as conn:
+            running, apps = conn.execute(
+                select(func.count(), func.count(components.c.app_id.distinct()))
+                .where(components.c.observed == states.RUNNING, components.c.pid.is_not(None),
+                       components.c.host.in_(local))).one()
+            down = repo.down_hosts(conn)
+        return {"store": make_url(self.settings.database_url).render_as_string(hide_password=True),
+                "hosts": [{"name": h.name, "agent": h.agent, "down": h.name in down}
+                          for h in self.hosts.hosts.values()],
+                "running": running, "applications": apps}
 
     def server_options(self) -> httpserver.ServerOptions:
         s = self.settings

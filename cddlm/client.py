@@ -68,6 +68,7 @@ APP_BINDING = "{%s}ApplicationBinding" % ns.API_WSDL
 PORTAL_BINDING = "{%s}PortalBinding" % ns.API_WSDL
 FINAL = {"terminated"}
 WSNT = "{%s}" % ns.WSNT
+EXT = "{%s}" % ns.EXT
 LIFECYCLE, CREATED = ns.LIFECYCLE_TOPIC, ns.CREATED_TOPIC
 
 
@@ -292,11 +293,12 @@ class Portal:
             except requests.exceptions.SSLError as e:
                 raise Unreachable("cannot reach the portal at %s over TLS: %s (is its certificate "
                                   "signed by a CA you trust? --ca-file / Tls(ca_file=...))"
-                                  % (candidate, _reason(e))) from None
+                                  % (candidate, _reason(e))) from e
             except (requests.RequestException, OSError) as e:
                 error = e
         else:
-            raise Unreachable("cannot reach the portal at %s: %s" % (self.url, error)) from None
+            raise Unreachable("cannot reach the portal at %s: %s" % (self.url, error),
+                              sent=not _refused(error)) from error
         self._bind(candidate)
         if failover:
             self.refresh_peers()
@@ -569,8 +571,9 @@ class Application:
         self._call("DestroyView", idempotent=False)
 
     def ping(self) -> dict:
-        """state, stateInfo (its text), health (one dict per component) and terminationInfo
-        (a dict, with ``fault`` the fault element of a failure), read from the raw response:
+        """state, stateInfo (its text), health (one dict per component, with ``waitingFor``,
+        ``waited`` and ``timeout`` while it awaits its readiness) and terminationInfo (a dict,
+        with ``fault`` the fault element of a failure), read from the raw response:
         stateInfo is mixed content, whose text zeep drops."""
         with self.portal.zeep.settings(raw_response=True):
             response = self._call("ping")
@@ -580,22 +583,35 @@ class Application:
             item = {k: c.get(k) for k in ("path", "type", "host", "state")}
             item.update(healthy=c.get("healthy") == "true", detail=c.text,
                         pid=int(c.get("pid")) if c.get("pid") else None,
-                        restarts=int(c.get("restarts") or 0))
+                        restarts=int(c.get("restarts") or 0), **_waiting(c))
             health.append(item)
-        info = None
-        holder = r.find(A + "terminationInfo")
-        if holder is not None:
-            info = {k: holder.findtext(A + k) for k in
-                    ("reason", "component", "signal", "time", "stderr")}
-            info["normal"] = holder.findtext(A + "normal") == "true"
-            code = holder.findtext(A + "exitCode")
-            info["exitCode"] = int(code) if code is not None else None
-            fault = holder.find(A + "fault")
-            info["fault"] = fault[0] if fault is not None and len(fault) else None
         state_info = r.find(A + "stateInfo")
         return {"state": r.findtext(A + "state"),
                 "stateInfo": "".join(state_info.itertext()) if state_info is not None else None,
-                "health": health, "terminationInfo": info}
+                "health": health, "terminationInfo": termination_info(r.find(A + "terminationInfo"))}
+
+    def components(self) -> list[dict]:
+        """``ext:components``: each component's path, type, state, desired state, host,
+        provider, pid, listening ``ports``, restarts, exit code or signal, info, and what it
+        waits for while it starts."""
+        (holder,) = self.property("components", namespace=ns.EXT)
+        return [components_entry(c) for c in holder]
+
+    def logs(self, component: str, stream: str = "stdout", *, lines: int | None = None,
+             offset: int | None = None) -> dict:
+        """``ext:logs``: the last ``lines`` lines of a component's stdout or stderr, or the
+        lines written after byte ``offset``; ``offset`` in the answer is where to read on."""
+        req = etree.Element(EXT + "logsRequest", nsmap={"ext": ns.EXT})
+        etree.SubElement(req, EXT + "component").text = component
+        etree.SubElement(req, EXT + "stream").text = stream
+        if offset is not None:
+            etree.SubElement(req, EXT + "offset").text = str(offset)
+        elif lines is not None:
+            etree.SubElement(req, EXT + "lines").text = str(lines)
+        r = self._invoke(lambda: _post(self.portal, self.reference.address, req, self._headers))
+        return {"component": r.get("component"), "stream": r.get("stream"), "host": r.get("host"),
+                "available": r.get("available") == "true", "offset": int(r.get("offset") or 0),
+                "lines": [line.text or "" for line in r.iterfind(EXT + "line")]}
 
     def resolve(self, path: str) -> Any:
         with self.portal.zeep.settings(raw_response=True):
@@ -607,11 +623,15 @@ class Application:
                                                   namespace, local))
 
     def property_many(self, *locals_: str, namespace: str = ns.API) -> list[etree._Element]:
-        """Several properties in one GetMultipleResourceProperties request."""
+        """Several properties in one GetMultipleResourceProperties request: local names in
+        ``namespace``, or Clark names (``{urn:cddlm:ext:1}components``) of any namespace."""
+        names = [etree.QName(n) if n.startswith("{") else etree.QName(namespace, n) for n in locals_]
+        prefixes = {uri: "p%d" % i for i, uri in enumerate(dict.fromkeys(q.namespace for q in names))}
         req = etree.Element("{%s}GetMultipleResourceProperties" % ns.WSRF_RP,
-                            nsmap={"wsrf-rp": ns.WSRF_RP, "p": namespace})
-        for local in locals_:
-            etree.SubElement(req, "{%s}ResourceProperty" % ns.WSRF_RP).text = "p:" + local
+                            nsmap={"wsrf-rp": ns.WSRF_RP, **{p: u for u, p in prefixes.items()}})
+        for q in names:
+            etree.SubElement(req, "{%s}ResourceProperty" % ns.WSRF_RP).text = \
+                "%s:%s" % (prefixes[q.namespace], q.localname)
         return self._invoke(lambda: list(_post(self.portal, self.reference.address, req,
                                                self._headers)))
 
@@ -622,6 +642,11 @@ class Application:
     def history(self) -> list[tuple[str, str]]:
         (hist,) = self.property("stateHistory")
         return [(t.findtext(A + "state"), t.findtext(A + "time")) for t in hist]
+
+    def events(self) -> list[dict]:
+        """The states the application entered: ``sequence``, ``state``, ``time``, ``info``."""
+        (hist,) = self.property("stateHistory")
+        return history_entries(hist)
 
     def subscribe(self, consumer: str, *, termination: str | None = "PT1H",
                   message_filter: str | None = None) -> "Subscription":
@@ -655,6 +680,48 @@ class Application:
             if time.monotonic() > deadline:
                 raise TimeoutError("application %s is still %s after %gs" % (self.id, state, timeout))
             time.sleep(interval)
+
+
+def _waiting(el: etree._Element) -> dict:
+    """``ext:waitingFor``, ``ext:waited`` and ``ext:timeout`` of a component element, if set."""
+    what = el.get(EXT + "waitingFor")
+    if what is None:
+        return {}
+    return {"waitingFor": what, "waited": float(el.get(EXT + "waited") or 0),
+            "timeout": float(el.get(EXT + "timeout") or 0)}
+
+
+def termination_info(holder: etree._Element | None) -> dict | None:
+    """An ``api:terminationInfo`` element as a dict (``fault``: the fault element of a failure)."""
+    if holder is None:
+        return None
+    info: dict[str, Any] = {k: holder.findtext(A + k) for k in
+                            ("reason", "component", "signal", "time", "stderr")}
+    info["normal"] = holder.findtext(A + "normal") == "true"
+    code = holder.findtext(A + "exitCode")
+    info["exitCode"] = int(code) if code is not None else None
+    fault = holder.find(A + "fault")
+    info["fault"] = fault[0] if fault is not None and len(fault) else None
+    return info
+
+
+def history_entries(hist: etree._Element) -> list[dict]:
+    """An ``api:stateHistory`` element as dicts: ``sequence``, ``state``, ``time``, ``info``."""
+    return [{"sequence": int(t.get("sequence") or 0), "state": t.findtext(A + "state"),
+             "time": t.findtext(A + "time"), "info": t.findtext(A + "info")} for t in hist]
+
+
+def components_entry(c: etree._Element) -> dict:
+    """One ``ext:component`` of ``ext:components`` as a dict."""
+    def number(key: str) -> int | None:
+        return int(c.get(key)) if c.get(key) is not None else None
+
+    return {"path": c.get("path"), "type": c.get("type"), "state": c.get("state"),
+            "desired": c.get("desired"), "optional": c.get("optional") == "true",
+            "host": c.get("host"), "provider": c.get("provider"), "pid": number("pid"),
+            "ports": [int(p) for p in (c.get("ports") or "").split()],
+            "restarts": number("restarts") or 0, "exitCode": number("exitCode"),
+            "exitSignal": c.get("exitSignal"), "info": c.findtext(EXT + "info"), **_waiting(c)}
 
 
 def _value(el: etree._Element) -> Any:

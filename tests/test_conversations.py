@@ -21,7 +21,8 @@ Step keys:
   expect:  status, fault (detail element QName), faultcode, xpath (boolean expressions),
            save {name: XPath string expression}; a fault must leave the store as it was
            (applications, views, subscriptions and their settings)
-  wait:    {to, state, timeout} polls api:state until it has that value
+  wait:    {to, state, timeout} polls api:state until it has that value; {to, body, xpath,
+           timeout} sends body until xpath holds of the response
   sleep:   seconds
   stop:    a portal to stop (its address answers no more)
   notified: {timeout, xpath, save}: the next wsnt:Notify the consumer receives (validated
@@ -116,17 +117,23 @@ def _request(client, step: dict, values: dict) -> tuple[int, bytes]:
 
 def _wait(portals: Portals, spec: dict, values: dict) -> None:
     deadline = time.monotonic() + float(spec.get("timeout", 15))
-    body = '<wsrf-rp:GetResourceProperty>api:state</wsrf-rp:GetResourceProperty>'
+    body = spec.get("body", '<wsrf-rp:GetResourceProperty>api:state</wsrf-rp:GetResourceProperty>')
     state = None
     step = {"to": spec["to"], "body": body, "via": spec.get("via", "A")}
     client = portals.client_for(step, values)
     while time.monotonic() < deadline:
         status, data = _request(client, step, values)
         doc = etree.fromstring(data)
-        state = doc.findtext(".//{%s}state" % ns.API)
-        if state == spec["state"]:
-            return
+        if "xpath" in spec:
+            if doc.xpath("boolean(%s)" % _fill(spec["xpath"], values), namespaces=PREFIXES):
+                return
+        else:
+            state = doc.findtext(".//{%s}state" % ns.API)
+            if state == spec["state"]:
+                return
         time.sleep(0.05)
+    if "xpath" in spec:
+        raise AssertionError("%s never held" % spec["xpath"])
     raise AssertionError("state stayed %r, expected %r" % (state, spec["state"]))
 
 

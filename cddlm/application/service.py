@@ -38,6 +38,7 @@ from cddlm.application.tables import (applications as applications_table, compon
                                      deliveries, hosts as hosts_table, subscriptions as subscriptions_table,
                                      work as work_table)
 from cddlm.application.tenancy import LOCAL_ADMIN, Principal
+from cddlm.application.views import readiness_wait
 from cddlm.config import Settings
 from cddlm.errors import (BadArgument, DeploymentFailed, NoSuchApplication, ResolutionError, ResourceUnknown,
                           UnableToSetTerminationTime)
@@ -506,6 +507,14 @@ class Service:
     def ping(self, app_id: str) -> Ping:
         health = self.engine.check_app(app_id) if self.engine is not None else []
         app = self.get(app_id)
+        if app.deployment and any(h["state"] == states.STARTING for h in health):
+            # what a starting process waits for (its readiness), for progress displays
+            tree, now = self.engine.tree(app), self.clock()
+            with self.store.read() as conn:
+                rows = {c.path: c for c in repo.get_components(conn, app_id)}
+            for h in health:
+                if h["path"] in rows:
+                    h.update(readiness_wait(tree, rows[h["path"]], now) or {})
         return Ping(app.state, app.state_info, app.termination_info, health)
 
     def resolve(self, app_id: str, path: str) -> Any:

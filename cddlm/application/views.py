@@ -20,10 +20,11 @@ from sqlalchemy import func, or_, select
 from cddlm.application import audit, lifecycle
 from cddlm.application.secrets import redact_descriptor, visible_properties
 from cddlm.application import repository as repo
-from cddlm.application.enactment import procfs, states
+from cddlm.application.enactment import local, procfs, states
 from cddlm.application.tables import applications, components, engines, events, hosts as hosts_table
 from cddlm.application.tenancy import LOCAL_ADMIN, Principal, scoped as _scoped
 from cddlm.errors import BadArgument, NoSuchApplication
+from cddlm.lang.model import Deployment
 
 PORTS_TTL = 2.0          # seconds a process's listening ports are remembered
 URN = "urn:uuid:"
@@ -131,7 +132,7 @@ class Views:
         # secrets (values a descriptor marks secret) are named, never shown
         out["properties"], out["hiddenProperties"] = visible_properties(app.properties, app.deployment)
         out["history"] = _history(hist)
-        out["components"] = self._components(app.id, comps)
+        out["components"] = self._components(app, comps)
         return out
 
     def audit(self, principal: Principal, app_id: str | None = None, limit: int = 100) -> list[dict]:
@@ -148,7 +149,7 @@ class Views:
         with self.store.read() as conn:
             app = self._app(conn, principal, app_id)
             comps = repo.get_components(conn, app.id)
-        return self._components(app.id, comps)
+        return self._components(app, comps)
 
     def history(self, principal: Principal, app_id: str) -> list[dict]:
         with self.store.read() as conn:
@@ -165,43 +166,69 @@ class Views:
 
     def logs(self, principal: Principal, app_id: str, path: str, lines: int | None = None) -> dict:
         """The last lines of a component's stdout and stderr (on a host this portal runs)."""
+        out: dict[str, Any] = {}
+        for stream in ("stdout", "stderr"):
+            found = self.log(principal, app_id, path, stream, lines=lines)
+            out.update(path=found["path"], host=found["host"], available=found["available"])
+            out[stream] = found["lines"]
+        return out
+
+    def log(self, principal: Principal, app_id: str, path: str, stream: str, *,
+            lines: int | None = None, offset: int | None = None) -> dict:
+        """One of a component's logs, read by the runner of its host: the last ``lines``
+        lines, or (``offset``) the lines written after that byte, at most ``log_bytes`` of
+        it per call; ``offset`` in the answer is where to read on from (``cddlm logs -f``)."""
         lim = self.settings.dashboard
         lines = lim.log_lines if lines is None else lines
         if not 1 <= lines <= lim.max_log_lines:
             raise BadArgument("lines must be between 1 and %d" % lim.max_log_lines)
+        if offset is not None and offset < 0:
+            raise BadArgument("offset must not be negative")
+        if stream not in ("stdout", "stderr"):
+            raise BadArgument("stream must be stdout or stderr, not %r" % stream)
         with self.store.read() as conn:
             app = self._app(conn, principal, app_id)
             comp = repo.get_component(conn, app.id, path)
         if comp is None:
             raise BadArgument("application %s has no component %r" % (app.id, path))
         runner = self.runners.get(comp.host or "")
-        out: dict[str, Any] = {"path": comp.path, "host": comp.host, "available": runner is not None}
-        for stream in ("stdout", "stderr"):
-            out[stream] = runner.log_tail(app.id, comp.path, stream, lines, lim.log_bytes) \
-                if runner is not None else []
-        return out
+        found, end = runner.log_read(app.id, comp.path, stream, lines=lines, offset=offset,
+                                     max_bytes=lim.log_bytes) if runner is not None else ([], 0)
+        return {"path": comp.path, "host": comp.host, "stream": stream,
+                "available": runner is not None, "lines": found, "offset": end}
 
-    def _components(self, app_id: str, comps: list[repo.Component]) -> list[dict]:
+    def _components(self, app: repo.App, comps: list[repo.Component]) -> list[dict]:
         """The component tree flattened parents first, siblings in document order."""
         children: dict[str | None, list[repo.Component]] = {}
         for c in comps:
             children.setdefault(c.parent, []).append(c)
+        tree = self._tree(app) if any(c.observed == states.STARTING for c in comps) else None
+        now = self.clock()
         out: list[dict] = []
         stack = list(reversed(sorted(children.get(None, []), key=lambda c: c.position)))
         while stack:
             c = stack.pop()
-            out.append(self._component(c))
+            out.append(self._component(c, tree, now))
             stack.extend(reversed(sorted(children.get(c.path, []), key=lambda k: k.position)))
         return out
 
-    def _component(self, c: repo.Component) -> dict:
-        return {"path": c.path, "name": c.path.rsplit("/", 1)[-1], "parent": c.parent,
-                "depth": c.path.count("/"), "type": c.type, "optional": c.optional,
-                "host": c.host, "provider": c.provider, "desired": c.desired, "state": c.observed,
-                "pid": c.pid if c.observed in (states.STARTING, states.RUNNING) else None,
-                "ports": self._ports_of(c), "restarts": c.restarts, "exitCode": c.exit_code,
-                "exitSignal": c.exit_signal, "info": c.info, "updated": c.updated,
-                "stderr": c.runtime.get("stderr") if c.observed == states.FAILED else None}
+    def _tree(self, app: repo.App) -> Deployment | None:
+        if not app.deployment:
+            return None
+        engine = self.service.engine
+        return engine.tree(app) if engine is not None else Deployment.from_json(app.deployment)
+
+    def _component(self, c: repo.Component, tree: Deployment | None, now: float) -> dict:
+        out = {"path": c.path, "name": c.path.rsplit("/", 1)[-1], "parent": c.parent,
+               "depth": c.path.count("/"), "type": c.type, "optional": c.optional,
+               "host": c.host, "provider": c.provider, "desired": c.desired, "state": c.observed,
+               "pid": c.pid if c.observed in (states.STARTING, states.RUNNING) else None,
+               "ports": self._ports_of(c), "restarts": c.restarts, "exitCode": c.exit_code,
+               "exitSignal": c.exit_signal, "info": c.info, "updated": c.updated,
+               "stderr": c.runtime.get("stderr") if c.observed == states.FAILED else None}
+        if tree is not None:
+            out.update(readiness_wait(tree, c, now) or {})
+        return out
 
     def _ports_of(self, c: repo.Component) -> list[int]:
         if c.type != "process" or c.observed != states.RUNNING or not c.pid:
@@ -345,6 +372,18 @@ class Views:
                                                   principal)).one()
             marked = conn.execute(select(func.max(hosts_table.c.updated))).scalar()
         return "%d.%s.%s" % (n, changes, marked)
+
+
+def readiness_wait(tree: Deployment, c: repo.Component, now: float) -> dict | None:
+    """For a process that awaits its readiness: what it waits for and for how long (since it
+    was marked starting), as ``local.waiting`` says; None for any other component."""
+    if c.observed != states.STARTING or c.type != "process":
+        return None
+    node = tree.find(c.path)
+    ready = node.attributes.get("readiness") if node is not None else None
+    if not isinstance(ready, dict) or not ready or node.attributes.get("run_to_completion"):
+        return None
+    return local.waiting(ready, c.updated, now)
 
 
 def _history(rows: list[tuple]) -> list[dict]:

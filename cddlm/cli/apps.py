@@ -1,105 +1,87 @@
-"""Application commands: deploy, ls, status, terminate, destroy, watch, audit."""
+"""Application commands: ls, status, events, resolve, terminate, destroy, watch, audit."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
-import time
 
-from cddlm.cli import common
-from cddlm.errors import CddlmError
+from cddlm import ns
+from cddlm.cli import common, output
+from cddlm.cli.common import CliError
 
-
-def report_failure(status: dict) -> None:
-    info = status.get("terminationInfo") or {}
-    print("cddlm: application failed: %s" % (info.get("reason") or status.get("stateInfo") or "failed"),
-          file=sys.stderr)
-    if info.get("stderr"):
-        print("last lines of %s's stderr:\n%s" % (info.get("component"), info["stderr"]), file=sys.stderr)
+A, EXT = "{%s}" % ns.API, "{%s}" % ns.EXT
 
 
-def cmd_deploy(args: argparse.Namespace) -> int:
-    import pathlib
-    from cddlm import xmlsafe
-    from cddlm.application import descriptors, options as opts
-    from cddlm.lang import registry
-    language = args.language or descriptors.guess_language(args.file)
-    lang = registry.get(language)
-    try:
-        data = pathlib.Path(args.file).read_bytes()
-    except OSError as e:
-        print("cddlm: cannot read %s: %s" % (args.file, e.strerror), file=sys.stderr)
-        return 1
-    options = common.option_pairs(args.option)
-    portal = common.portal(args)
-    app = portal.create(name=args.name, options={k: v for k, v in options.items()
-                                                 if k != opts.VALIDATE_ONLY})
-    print("created %s%s" % (app.id, " (%s)" % args.name if args.name else ""))
-    kwargs = {"body": xmlsafe.parse(data)} if lang.body == "xml" else {"text": data.decode("utf-8")}
-    try:
-        app.initialize(language=language, properties=common.properties(args.property), options=options, **kwargs)
-    except CddlmError:
-        app.terminate("initialize failed")
-        app.destroy()
-        raise
-    if options.get(opts.VALIDATE_ONLY):
-        app.terminate("validation only")
-        app.wait_for("terminated", timeout=30)
-        app.destroy()
-        print("%s is valid" % args.file)
-        return 0
-    if not args.no_run:
-        app.run()
-    target = "initialized" if args.no_run else "running"
-    progress = common.Progress(args.name or app.id)
-    try:
-        state = app.wait_for(target, timeout=args.timeout, progress=progress)
-    finally:
-        progress.done()
-    # a process that dies right after it started was running for a moment: watch a little
-    # longer before calling the deployment a success (readiness checks are the precise tool)
-    deadline = time.monotonic() + max(0.0, args.settle)
-    while state == target and time.monotonic() < deadline:
-        time.sleep(0.1)
-        state = app.state()
-    if state != target:
-        report_failure(app.ping())
-        return 1
-    print("%s is %s" % (args.name or app.id, state))
-    return 0
+def _text(props: dict, key: str) -> str | None:
+    el = props.get(key)
+    return (el.text or "").strip() or None if el is not None else None
+
+
+# -- ls ---------------------------------------------------------------------------------------
+def applications(portal) -> list[dict]:
+    """Every application: ``name``, ``id``, ``state``, ``created``, oldest first. The one
+    place ``ls`` gets its data from (a request per application until the portal offers one
+    bulk listing: issue 11)."""
+    rows = []
+    for app in portal.applications():
+        props = {el.tag: el for el in app.property_many("name", "state", "created")}
+        rows.append({"name": _text(props, A + "name"), "id": app.id,
+                     "state": _text(props, A + "state"), "created": _text(props, A + "created")})
+    return sorted(rows, key=lambda r: (r["created"] or "", r["id"]))
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    portal = common.portal(args)
-    rows = []
-    for app in portal.applications():
-        props = {common.local(el): (el.text or "").strip() for el in app.property_many(
-            "name", "state", "created")}
-        rows.append((props.get("name", ""), app.id, props.get("state", ""), props.get("created", "")))
-    if not rows:
+    rows = applications(common.portal(args))
+    if args.json:
+        output.emit_json(rows)
+    elif args.quiet:
+        for r in rows:
+            print(r["name"] or r["id"])
+    elif not rows:
         print("no applications")
-        return 0
-    widths = [max(len(r[i]) for r in rows + [("NAME", "ID", "STATE", "CREATED")]) for i in range(4)]
-    for r in [("NAME", "ID", "STATE", "CREATED")] + rows:
-        print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    else:
+        output.table(("NAME", "ID", "STATE", "CREATED"),
+                     [(r["name"] or "-", r["id"], r["state"], r["created"]) for r in rows])
     return 0
 
 
+# -- status -----------------------------------------------------------------------------------
+def describe(app) -> dict:
+    """Everything ``status`` shows, read in one request."""
+    from cddlm.client import components_entry, history_entries, termination_info
+    props = {el.tag: el for el in app.property_many(
+        "name", "id", "state", "stateInfo", "terminationInfo", "created", "started", "terminated",
+        "stateHistory", EXT + "components", EXT + "scheduledTermination")}
+    info = termination_info(props.get(A + "terminationInfo"))
+    if info and info.get("fault") is not None:
+        fault = info["fault"]
+        info["fault"] = {"fault": fault.tag.rpartition("}")[2],
+                         "description": fault.findtext("{%s}Description" % ns.WSRF_BF)}
+    state_info = props.get(A + "stateInfo")
+    holder = props.get(EXT + "components")
+    return {"name": _text(props, A + "name"), "id": _text(props, A + "id") or app.id,
+            "state": _text(props, A + "state"),
+            "stateInfo": "".join(state_info.itertext()).strip() if state_info is not None else None,
+            "created": _text(props, A + "created"), "started": _text(props, A + "started"),
+            "terminated": _text(props, A + "terminated"),
+            "scheduledTermination": _text(props, EXT + "scheduledTermination"),
+            "terminationInfo": info,
+            "components": [components_entry(c) for c in holder] if holder is not None else [],
+            "history": history_entries(props[A + "stateHistory"])
+            if A + "stateHistory" in props else []}
+
+
 def cmd_status(args: argparse.Namespace) -> int:
-    app = common.portal(args).lookup(args.app)
-    status = app.ping()
-    props = {common.local(el): (el.text or "").strip() for el in app.property_many(
-        "name", "id", "created", "started", "terminated")}
-    for key in ("name", "id"):
-        if props.get(key):
-            print("%-11s %s" % (key + ":", props[key]))
-    print("%-11s %s" % ("state:", status["state"]))
-    if status.get("stateInfo"):
-        print("%-11s %s" % ("info:", status["stateInfo"]))
-    for key in ("created", "started", "terminated"):
-        if props.get(key):
-            print("%-11s %s" % (key + ":", props[key]))
-    info = status.get("terminationInfo")
+    app = common.application(args)
+    d = describe(app)
+    if args.json:
+        output.emit_json(d)
+        return 0
+    output.fields([("name", d["name"]), ("id", d["id"]), ("state", d["state"]),
+                   ("info", d["stateInfo"]), ("created", d["created"]), ("started", d["started"]),
+                   ("terminated", d["terminated"]), ("terminates at", d["scheduledTermination"])])
+    info = d["terminationInfo"]
     if info:
         print("termination: %s%s" % ("normal" if info.get("normal") else "abnormal",
                                      ": " + info["reason"] if info.get("reason") else ""))
@@ -108,42 +90,83 @@ def cmd_status(args: argparse.Namespace) -> int:
                 print("  %-9s %s" % (key + ":", info[key]))
         if info.get("stderr"):
             print("  stderr:\n    " + "\n    ".join(str(info["stderr"]).splitlines()))
-    if status["health"]:
-        print("components:")
-        for h in status["health"]:
-            print("  %-30s %-9s %-10s %s%s" % (h["path"], h.get("type") or "", h["state"],
-                                             "host=%s " % h["host"] if h.get("host") else "",
-                                             "pid=%s" % h["pid"] if h.get("pid") else ""))
-    print("history:")
-    for state, when in app.history():
-        print("  %-13s %s" % (state, when))
+    if d["components"]:
+        print()
+        output.table(("COMPONENT", "TYPE", "STATE", "HOST", "PID", "PORTS", "NOTE"), [
+            (c["path"], c["type"], c["state"], c["host"], c["pid"],
+             ",".join(str(p) for p in c["ports"]),
+             ("waiting for " + output.waiting(c)) if c.get("waitingFor") else
+             (c["info"] if c["state"] in ("failed", "stopped") or c["restarts"] else None))
+            for c in d["components"]])
+    print()
+    _history(d["history"])
     return 0
 
 
+def _history(history: list[dict]) -> None:
+    output.table(("#", "STATE", "TIME", "INFO"),
+                 [(h["sequence"], h["state"], h["time"], h["info"]) for h in history])
+
+
+# -- events -----------------------------------------------------------------------------------
+def cmd_events(args: argparse.Namespace) -> int:
+    app = common.application(args)
+    history = app.events()
+    if args.json:
+        output.emit_json(history)
+    else:
+        _history(history)
+    return 0
+
+
+# -- resolve ----------------------------------------------------------------------------------
+def cmd_resolve(args: argparse.Namespace) -> int:
+    app = common.application(args)
+    value = app.resolve(args.path)
+    if args.json or not isinstance(value, str):
+        output.emit_json(value)
+    else:
+        print(value)
+    return 0
+
+
+# -- terminate, destroy -----------------------------------------------------------------------
 def cmd_terminate(args: argparse.Namespace) -> int:
-    app = common.portal(args).lookup(args.app)
+    from cddlm.cli.deploy import wait
+    app = common.application(args)
     app.terminate(args.reason)
     if args.no_wait:
+        print("terminating %s" % args.app)
         return 0
-    progress = common.Progress(args.app)
     try:
-        state = app.wait_for("terminated", timeout=args.timeout, progress=progress)
-    finally:
-        progress.done()
-    print("%s is %s" % (args.app, state))
-    return 0 if state == "terminated" else 1
+        status = wait(app, args.app, "terminated", args.timeout)
+    except KeyboardInterrupt:
+        raise CliError("interrupted; %s goes on terminating" % args.app, "`cddlm status %s` "
+                       "follows it" % args.app, common.INTERRUPTED) from None
+    print("%s is %s" % (args.app, status["state"]))
+    return 0
 
 
 def cmd_destroy(args: argparse.Namespace) -> int:
-    app = common.portal(args).lookup(args.app)
+    from cddlm.cli.deploy import wait
+    from cddlm.client import PortalFault
+    app = common.application(args)
     if args.force and app.state() != "terminated":
         app.terminate("destroy --force")
-        app.wait_for("terminated", timeout=args.timeout)
-    app.destroy()
+        wait(app, args.app, "terminated", args.timeout)
+    try:
+        app.destroy()
+    except PortalFault as e:
+        if e.fault == "WrongStateFault":
+            raise CliError("%s is %s: only a terminated application is destroyed" % (
+                args.app, app.state()), "`cddlm terminate %s` first, or `cddlm destroy %s --force`"
+                % (args.app, args.app)) from None
+        raise
     print("%s destroyed" % args.app)
     return 0
 
 
+# -- watch ------------------------------------------------------------------------------------
 def cmd_watch(args: argparse.Namespace) -> int:
     import signal
     from cddlm.client import Listener
@@ -157,13 +180,13 @@ def cmd_watch(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, interrupt)
     host, _, port = args.listen.rpartition(":")
     if not host or not port.isdigit():
-        raise SystemExit(common.usage("--listen expects HOST:PORT, got %r" % args.listen))
+        raise common.UsageError("--listen expects HOST:PORT, got %r" % args.listen)
     portal = common.portal(args)
     with Listener(host.strip("[]"), int(port), base_url=args.callback) as listener:
         follower = Follower(portal, listener, sys.stdout)
         try:
             if args.app:
-                app = portal.lookup(args.app)
+                app = common.lookup(portal, args.app)
                 follower.follow(app)
                 print("watching %s until it terminates (Ctrl-C stops)" % args.app, file=sys.stderr,
                       flush=True)
@@ -180,61 +203,82 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_audit(args: argparse.Namespace) -> int:
-    from cddlm import ns as namespaces
-    app = common.portal(args).lookup(args.app)
-    found = app.property("placementAudit", namespace=namespaces.EXT)
+# -- audit ------------------------------------------------------------------------------------
+def audit_of(app) -> dict | None:
+    found = app.property("placementAudit", namespace=ns.EXT)
     if not found:
-        print("%s has no placement audit (no datacenter, or not initialized)" % args.app)
-        return 0
+        return None
     audit = found[0]
-    print("placement %s by %s, objective %s" % (audit.get("status"), audit.get("solver"),
-                                              audit.get("objective")))
+    policies = []
     for p in audit:
-        head = "policy %s %s%s%s: %s" % (p.get("index"), "" if p.get("hard") == "true" else "soft ",
-                                       p.get("type"), " at %s" % (p.get("level") or p.get("scope"))
-                                       if p.get("level") or p.get("scope") else "",
-                                       "met" if p.get("met") == "true" else
-                                       "VIOLATED (%s)" % p.get("violations"))
-        print(head)
-        for member in p.iterfind("{%s}member" % namespaces.EXT):
-            print("    %-30s %s" % (member.get("component"), member.text or ""))
+        entry: dict = {"index": int(p.get("index")), "type": p.get("type"),
+                       "hard": p.get("hard") == "true", "met": p.get("met") == "true"}
+        for key in ("violations", "weight", "level", "scope"):
+            if p.get(key) is not None:
+                entry[key] = json.loads(p.get(key)) if key in ("violations", "weight") else p.get(key)
+        entry["members"] = {m.get("component"): m.text or "" for m in p.iterfind(EXT + "member")}
+        entry["violated"] = [v.text for v in p.iterfind(EXT + "violated")]
+        policies.append(entry)
+    objective = audit.get("objective")
+    return {"status": audit.get("status"), "solver": audit.get("solver"),
+            "objective": float(objective) if objective is not None else None, "policies": policies}
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    audit = audit_of(common.application(args))
+    if args.json:
+        output.emit_json(audit)
+        return 0
+    if audit is None:
+        print("%s has no placement audit (not initialized)" % args.app)
+        return 0
+    print("placement %s by %s, objective %s" % (audit["status"], audit["solver"],
+                                              "%g" % audit["objective"]
+                                              if audit["objective"] is not None else "-"))
+    for p in audit["policies"]:
+        where = p.get("level") or p.get("scope")
+        print("policy %d %s%s%s: %s" % (p["index"], "" if p["hard"] else "soft ", p["type"],
+                                        " at %s" % where if where else "",
+                                        "met" if p["met"] else "VIOLATED (%s)" % p.get("violations")))
+        for component, vertex in p["members"].items():
+            print("    %-30s %s" % (component, vertex))
     return 0
 
 
 def register(sub) -> None:
-    def client_parser(name: str, help: str, app: bool = True) -> argparse.ArgumentParser:
-        c = sub.add_parser(name, help=help)
+    def client_parser(name: str, help: str, app: bool = True, json_option: bool = False):
+        c = sub.add_parser(name, help=help, description=help)
         common.add_portal_option(c)
         if app:
-            c.add_argument("app", metavar="APP", help="application name or id")
+            common.add_app_argument(c)
+        if json_option:
+            common.add_json_option(c)
         return c
 
-    d = client_parser("deploy", "create, initialize and run an application from a descriptor", False)
-    d.add_argument("file", metavar="FILE")
-    d.add_argument("--language", metavar="URI", help="descriptor language (default: by extension)")
-    d.add_argument("--name", metavar="N", help="application name (unique)")
-    d.add_argument("-p", "--property", action="append", metavar="KEY=VALUE",
-                   help="deploy-time property (repeatable)")
-    d.add_argument("--option", action="append", metavar="URI=VALUE", help="option (repeatable)")
-    d.add_argument("--no-run", action="store_true", help="initialize only; do not run")
-    d.add_argument("--timeout", type=float, default=120.0, metavar="S",
-                   help="seconds to wait for the state (default 120)")
-    d.add_argument("--settle", type=float, default=1.0, metavar="S",
-                   help="once there, seconds to watch for an early failure (default 1)")
-    d.set_defaults(func=cmd_deploy)
-
-    client_parser("ls", "list applications", False).set_defaults(func=cmd_ls)
-    client_parser("status", "show an application's state, components and history").set_defaults(
+    ls = client_parser("ls", "list the applications: name, id, state, created", False, True)
+    ls.add_argument("-q", "--quiet", action="store_true", help="only names (ids of unnamed ones)")
+    ls.set_defaults(func=cmd_ls)
+    client_parser("status", "show an application's state, times, termination, components (state, "
+                  "host, pid, listening ports) and history", json_option=True).set_defaults(
         func=cmd_status)
-    t = client_parser("terminate", "terminate an application")
+    client_parser("events", "show the states an application went through (its recorded "
+                  "history; `cddlm watch APP` follows it live)", json_option=True).set_defaults(
+        func=cmd_events)
+    r = client_parser("resolve", "print a value of a deployed application (a component's "
+                      "attribute or runtime value, e.g. web/port, or a whole component)",
+                      json_option=True)
+    r.add_argument("path", metavar="PATH", help="component path, or path/attribute (web/port)")
+    r.set_defaults(func=cmd_resolve)
+    t = client_parser("terminate", "terminate an application and wait until it is terminated")
     t.add_argument("--reason", help="recorded in terminationInfo")
     t.add_argument("--no-wait", action="store_true", help="return at once")
-    t.add_argument("--timeout", type=float, default=60.0, metavar="S")
+    t.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="seconds to wait (default 60); then exit 4, the application going on")
     t.set_defaults(func=cmd_terminate)
     x = client_parser("destroy", "remove every record of a terminated application")
     x.add_argument("--force", action="store_true", help="terminate it first if needed")
-    x.add_argument("--timeout", type=float, default=60.0, metavar="S")
+    x.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="with --force: seconds to wait for terminated (default 60)")
     x.set_defaults(func=cmd_destroy)
 
     w = client_parser("watch", "print lifecycle events as they arrive (Ctrl-C stops)", False)
@@ -245,6 +289,5 @@ def register(sub) -> None:
     w.add_argument("--callback", metavar="URL",
                    help="the URL the portal should post to, when it is not http://HOST:PORT")
     w.set_defaults(func=cmd_watch)
-    client_parser("audit", "show where an application's components went and which policies "
-                           "hold").set_defaults(func=cmd_audit)
-
+    client_parser("audit", "show where an application's components went and which placement "
+                  "policies hold", json_option=True).set_defaults(func=cmd_audit)

@@ -1,12 +1,151 @@
-"""What every command shares: the portal to talk to, argument parsing helpers, the progress line."""
+"""What every command shares: the portal to talk to, finding an application, parsing
+arguments, and the errors commands raise for ``main`` (the one error boundary) to print."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
-import time
+import urllib.parse
 
 from cddlm.config import DEFAULT_PORTAL
+
+PORTAL_PATH = "/cddlm/portal"
+UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
+ID_PREFIX = re.compile(r"^[0-9a-f][0-9a-f-]{3,}$", re.I)     # at least 4 characters, as git
+
+# exit codes (README "Commands"; CONTRACT section 9)
+OK, FAILED, USAGE, UNREACHABLE, TIMEOUT, INTERRUPTED, BROKEN_PIPE = 0, 1, 2, 3, 4, 130, 141
+
+
+class CliError(Exception):
+    """A failure the command explains: one line on stderr (``hint`` in parentheses after
+    it), and its exit code."""
+
+    def __init__(self, message: str, hint: str | None = None, code: int = FAILED):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.code = code
+
+
+class UsageError(CliError):
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message, hint, USAGE)
+
+
+def endpoint(value: str) -> str:
+    """The portal endpoint a ``--portal`` value means: a base URL (``http://host:port/``,
+    with or without a path prefix), ``host:port``, or the endpoint itself (``…/cddlm/portal``,
+    ``?wsdl`` allowed)."""
+    text = value.strip()
+    if "://" not in text:
+        text = "http://" + text
+    parts = urllib.parse.urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UsageError("--portal expects a URL, host:port or the portal endpoint, not %r" % value)
+    path = parts.path.rstrip("/")
+    if not path.endswith(PORTAL_PATH):
+        path += PORTAL_PATH
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
+
+
+def portal(args: argparse.Namespace):
+    """The portal the command talks to, with the caller's credentials and TLS settings: from
+    the options, the environment, then the config file (``cddlm.client.ClientConfig``); a
+    user without password or token is asked for the password on a terminal. The address may
+    be given as a base URL, ``host:port`` or the endpoint (``endpoint``)."""
+    import getpass
+    from cddlm.client import ClientConfig, Credentials, Portal
+    config = ClientConfig.load(getattr(args, "portal", None), getattr(args, "user", None),
+                               getattr(args, "ca_file", None), getattr(args, "client_cert", None),
+                               getattr(args, "client_key", None))
+    url = endpoint(config.portal)
+    args.portal_url = url       # for the error boundary's message
+    credentials = config.credentials
+    if credentials.user and credentials.password is None and not credentials.token \
+            and sys.stdin.isatty():
+        credentials = Credentials(credentials.user,
+                                  getpass.getpass("password for %s: " % credentials.user))
+    try:
+        return Portal(url, credentials=credentials, tls=config.tls)
+    except Exception as e:
+        import requests
+        from cddlm.client import Unreachable
+        if isinstance(e, Unreachable) and isinstance(e.__cause__, requests.exceptions.SSLError):
+            raise CliError(e.message) from e    # it answers, but is not trusted: not exit 3
+        if isinstance(e, Unreachable) and not isinstance(e.__cause__, requests.HTTPError):
+            raise               # nothing answered (or not in time): the boundary says so
+        from cddlm.errors import CddlmError
+        if isinstance(e, CddlmError) and not isinstance(e, Unreachable):
+            raise
+        # something else answers there (a web page, a 404): zeep's own errors, or HTTP's
+        detail = e.__cause__ if isinstance(e, Unreachable) else e
+        raise CliError("%s is not a CDDLM portal: %s" % (
+            url, str(detail).split(" for url:")[0][:120] or type(detail).__name__),
+            "give the portal's base URL, host:port or its endpoint …/cddlm/portal",
+            UNREACHABLE) from e
+
+
+def add_portal_option(parser: argparse.ArgumentParser) -> None:
+    """--portal and the credentials, on the top-level parser and on each command's (so they
+    may come before or after the command: unset ones do not hide the other's)."""
+    parser.add_argument("--portal", metavar="URL", default=argparse.SUPPRESS,
+                        help="the portal: its base URL, host:port, or its endpoint (default "
+                             "$CDDLM_PORTAL, the config file, then %s)" % DEFAULT_PORTAL)
+    parser.add_argument("--user", metavar="NAME", default=argparse.SUPPRESS,
+                        help="authenticate as NAME (default $CDDLM_USER or the config file); the "
+                             "password comes from $CDDLM_PASSWORD, the config file or a prompt, "
+                             "a token from $CDDLM_TOKEN")
+    parser.add_argument("--ca-file", metavar="PEM", default=argparse.SUPPRESS,
+                        help="CA certificates that sign the portal's (default $CDDLM_CA_FILE, "
+                             "the config file, then the system's)")
+    parser.add_argument("--client-cert", metavar="PEM", default=argparse.SUPPRESS,
+                        help="present this certificate (mutual TLS; with --client-key)")
+    parser.add_argument("--client-key", metavar="PEM", default=argparse.SUPPRESS,
+                        help="the client certificate's key")
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--json", action="store_true", help="print JSON, for scripts")
+
+
+def add_app_argument(parser: argparse.ArgumentParser, **kwargs) -> None:
+    parser.add_argument("app", metavar="APP", help="the application: its name, its urn:uuid: id, "
+                        "the bare UUID or an unambiguous prefix of it", **kwargs)
+
+
+def application(args: argparse.Namespace):
+    """The application a command's APP names, on the portal its --portal names."""
+    return lookup(portal(args), args.app)
+
+
+def lookup(portal, app: str):
+    """The application ``app`` names: by name first, then by id (with or without
+    ``urn:uuid:``), then by an unambiguous prefix of its id."""
+    from cddlm.client import PortalFault
+    text = app.strip()
+    bare = text[len("urn:uuid:"):] if text.startswith("urn:uuid:") else text
+    try:
+        return portal.lookup(text)
+    except PortalFault as e:
+        if e.fault != "NoSuchApplicationFault":
+            raise
+    if UUID.match(bare):
+        try:
+            return portal.lookup("urn:uuid:" + bare.lower())
+        except PortalFault as e:
+            if e.fault != "NoSuchApplicationFault":
+                raise
+    elif ID_PREFIX.match(bare):
+        found = [a for a in portal.applications() if a.id.lower().startswith("urn:uuid:" + bare.lower())]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise CliError("%r is the beginning of %d application ids (%s)" % (
+                app, len(found), ", ".join(sorted(a.id for a in found)[:5])),
+                "give more of the id, or the name")
+    raise CliError("no application named %r or with that id" % app, "`cddlm ls` lists them")
 
 
 def properties(pairs: list[str] | None) -> dict[str, str]:
@@ -14,56 +153,28 @@ def properties(pairs: list[str] | None) -> dict[str, str]:
     for pair in pairs or []:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise SystemExit(usage("-p expects KEY=VALUE, got %r" % pair))
+            raise UsageError("-p expects KEY=VALUE, got %r" % pair)
         out[key] = value
     return out
 
 
-def usage(message: str) -> int:
-    print("cddlm: " + message, file=sys.stderr)
-    return 2
-
-
-def portal(args: argparse.Namespace):
-    """The portal the command talks to, with the caller's credentials and TLS settings: from
-    the options, the environment, then the config file (``cddlm.client.ClientConfig``); a
-    user without password or token is asked for the password on a terminal."""
-    import getpass
-    from cddlm.client import ClientConfig, Credentials, Portal
-    config = ClientConfig.load(args.portal, getattr(args, "user", None), getattr(args, "ca_file", None),
-                               getattr(args, "client_cert", None), getattr(args, "client_key", None))
-    credentials = config.credentials
-    if credentials.user and credentials.password is None and not credentials.token \
-            and sys.stdin.isatty():
-        credentials = Credentials(credentials.user,
-                                  getpass.getpass("password for %s: " % credentials.user))
-    return Portal(config.portal, credentials=credentials, tls=config.tls)
-
-
-def add_portal_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--portal", metavar="URL",
-                        help="portal endpoint (default $CDDLM_PORTAL, the config file, then %s)"
-                        % DEFAULT_PORTAL)
-    parser.add_argument("--user", metavar="NAME",
-                        help="authenticate as NAME (default $CDDLM_USER or the config file); the "
-                             "password comes from $CDDLM_PASSWORD, the config file or a prompt, "
-                             "a token from $CDDLM_TOKEN")
-    parser.add_argument("--ca-file", metavar="PEM",
-                        help="CA certificates that sign the portal's (default $CDDLM_CA_FILE, "
-                             "the config file, then the system's)")
-    parser.add_argument("--client-cert", metavar="PEM",
-                        help="present this certificate (mutual TLS; with --client-key)")
-    parser.add_argument("--client-key", metavar="PEM", help="the client certificate's key")
-
-
 def option_pairs(pairs: list[str] | None) -> dict:
+    """``--option URI=VALUE`` pairs: ``true``/``false`` are booleans, digits integers. An
+    option name is a URI: one without a scheme is a mistake the portal would silently ignore
+    (unknown options are), so it is refused here."""
+    from cddlm.application import options as opts
     out: dict = {}
     for pair in pairs or []:
         uri, sep, value = pair.partition("=")
         if not sep or not uri:
-            raise SystemExit(usage("--option expects URI=VALUE, got %r" % pair))
+            raise UsageError("--option expects URI=VALUE, got %r" % pair)
+        if not re.match(r"^[A-Za-z][A-Za-z0-9+.\-]*:", uri):
+            known = opts.PREFIX + uri
+            raise UsageError("option name %r is not a URI" % uri,
+                             "did you mean %s?" % known if known in opts.ALL else
+                             "options the portal understands: %s" % ", ".join(opts.ALL))
         if uri in out:
-            raise SystemExit(usage("option %s given twice" % uri))
+            raise UsageError("option %s given twice" % uri)
         if value in ("true", "false"):
             out[uri] = value == "true"
         elif value.lstrip("-").isdigit():
@@ -73,40 +184,6 @@ def option_pairs(pairs: list[str] | None) -> dict:
     return out
 
 
-def local(el) -> str:
-    from lxml import etree
-    return etree.QName(el).localname
-
-
-class Progress:
-    """One status line per change; redrawn in place on a terminal."""
-
-    def __init__(self, label: str, stream=None):
-        self.label = label
-        self.stream = stream or sys.stdout
-        self.tty = self.stream.isatty()
-        self.last = None
-        self.start = time.monotonic()
-
-    def __call__(self, status: dict) -> None:
-        comps = [h for h in status.get("health", []) if h.get("type") not in
-                 ("compound", "sequence", "parallel")]
-        counts: dict[str, int] = {}
-        for h in comps:
-            counts[h["state"]] = counts.get(h["state"], 0) + 1
-        detail = ", ".join("%d %s" % (n, s) for s, n in sorted(counts.items()))
-        line = "%s: %s%s" % (self.label, status["state"], " (%s)" % detail if detail else "")
-        if line == self.last:
-            return
-        self.last = line
-        stamp = "[%5.1fs] " % (time.monotonic() - self.start)
-        if self.tty:
-            self.stream.write("\r\033[K" + stamp + line)
-        else:
-            self.stream.write(stamp + line + "\n")
-        self.stream.flush()
-
-    def done(self) -> None:
-        if self.tty and self.last:
-            self.stream.write("\n")
-            self.stream.flush()
+def label(app, name: str | None = None) -> str:
+    """How messages name an application: its name, else its id."""
+    return name or app.id

@@ -23,11 +23,12 @@ def cmd_lang_resolve(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    lang = sub.add_parser("lang", help="descriptor languages").add_subparsers(dest="lang_command",
-                                                                               required=True)
+    lang = sub.add_parser("lang", help="descriptor languages").add_subparsers(
+        dest="lang_command", required=True, metavar="COMMAND")
     r = lang.add_parser("resolve", help="parse and resolve a descriptor without deploying")
-    r.add_argument("file")
-    r.add_argument("--language", help="language URI (default: guessed from the file)")
+    r.add_argument("file", metavar="FILE", help="the descriptor: native XML (.xml), CDL (.cdl) "
+                   "or a HOT template (.yaml, .yml, .json)")
+    r.add_argument("--language", metavar="URI", help="language URI (default: by extension)")
     r.add_argument("-p", "--property", action="append", metavar="KEY=VALUE",
                    help="deploy-time property (repeatable)")
     r.add_argument("--import-path", action="append", metavar="DIR",

@@ -3,20 +3,68 @@
 from __future__ import annotations
 
 import argparse
+import errno
+import logging
+import os
+import sys
+
+from cddlm.cli.common import CliError, UsageError
+
+LOG_FILE = "portal.log"
+LOG_BYTES = 10 * 1024 * 1024        # portal.log is rotated at this size, 3 old files kept
+LOG_KEEP = 3
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+log = logging.getLogger("cddlm.portal")
+
+
+def setup_logging(state_dir: str, level: str) -> str:
+    """The portal's log: ``STATE/portal.log`` (at info, or debug when asked) and stderr at
+    ``level``. Returns the file's path."""
+    from logging.handlers import RotatingFileHandler
+    wanted = getattr(logging, level.upper())
+    os.makedirs(state_dir, mode=0o700, exist_ok=True)
+    path = os.path.abspath(os.path.join(state_dir, LOG_FILE))
+    to_file = RotatingFileHandler(path, maxBytes=LOG_BYTES, backupCount=LOG_KEEP, encoding="utf-8")
+    to_file.setLevel(min(wanted, logging.INFO))
+    to_stderr = logging.StreamHandler(sys.stderr)
+    to_stderr.setLevel(min(wanted, logging.INFO))
+    # the audit log's lines (who did what, from where) show on stderr too, unless only errors are
+    to_stderr.addFilter(lambda r: r.levelno >= wanted or (
+        r.name.startswith("cddlm.audit") and wanted < logging.ERROR))
+    root = logging.getLogger()
+    root.setLevel(min(wanted, logging.INFO))
+    for handler in (to_file, to_stderr):
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        root.addHandler(handler)
+    if wanted > logging.DEBUG:      # the scheduler logs every run of every job at info
+        logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    return path
+
+
+def banner(portal, log_path: str) -> list[str]:
+    """What a starting portal says about itself: the store, the hosts, what it re-adopted."""
+    from cddlm import __version__
+    s = portal.summary()
+    adopted = "%d running component%s of %d application%s" % (
+        s["running"], "" if s["running"] == 1 else "s", s["applications"],
+        "" if s["applications"] == 1 else "s") if s["running"] else "nothing (no component was running)"
+    return ["cddlm %s portal" % __version__,
+            "  store:       %s" % s["store"],
+            "  state:       %s (log: %s)" % (os.path.abspath(portal.settings.state_dir), log_path),
+            "  hosts:       %s" % ", ".join("%s (%s%s)" % (h["name"], h["agent"],
+                                                          ", down" if h["down"] else "")
+                                            for h in s["hosts"]),
+            "  re-adopted:  %s" % adopted,
+            "  dashboard:   %s/" % portal.url.rstrip("/")]
 
 
 def cmd_portal_serve(args: argparse.Namespace) -> int:
     import dataclasses
-    import logging
     import signal
-    import sys
     from cddlm.app import Portal
     from cddlm.config import Quotas, Security, Settings
     from cddlm.errors import ConfigurationError
-    logging.basicConfig(level=getattr(logging, args.log_level.upper()),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.log_level != "error":     # the audit log's lines: who did what, from where
-        logging.getLogger("cddlm.audit").setLevel(logging.INFO)
+    log_path = setup_logging(args.state_dir, args.log_level)
     settings = Settings(host=args.host, port=args.port, state_dir=args.state_dir, db_url=args.db,
                         datacenter_file=args.datacenter, public_url=args.public_url,
                         import_path=tuple(args.import_path or ()), hosts_dir=args.hosts_dir,
@@ -43,19 +91,28 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
     try:
         portal = Portal(settings)
     except ConfigurationError as e:
-        print("cddlm: %s" % e, file=sys.stderr)
-        return 1
+        raise CliError(str(e)) from None
     for warning in portal.warnings:
         print("\n*** WARNING: %s ***\n" % warning, file=sys.stderr, flush=True)
+    try:
+        portal.bind()
+    except OSError as e:
+        portal.stop()
+        raise bind_error(e, args.host, args.port) from None
 
     def stop(signum, frame):
+        log.info("stopping (signal %d)", signum)
         portal.stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    portal.bind()
 
     def ready(url: str) -> None:
+        # the banner is for people (stderr); stdout says only the one line tools wait for
+        for line in banner(portal, log_path):
+            log.info(line.strip())
+            print(line, file=sys.stderr, flush=True)
+        log.info("portal ready at %s", url)
         print("portal ready at %s" % url, flush=True)
 
     try:
@@ -63,32 +120,57 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
     finally:
         portal.stop()
     if portal.failure:
-        print("cddlm: %s" % portal.failure, file=sys.stderr)
-        return 1
+        log.error("stopped: %s", portal.failure)
+        raise CliError(portal.failure)
+    log.info("stopped; the components it started keep running")
     return 0
+
+
+def bind_error(e: OSError, host: str, port: int) -> CliError:
+    if e.errno == errno.EADDRINUSE:
+        return CliError("port %d on %s is already in use, by another portal or another program"
+                        % (port, host), "stop it, choose another --port, or --port 0 for a free one")
+    if e.errno == errno.EACCES:
+        return CliError("not allowed to listen on port %d on %s" % (port, host),
+                        "ports below 1024 need privileges: choose one above 1024")
+    if e.errno == errno.EADDRNOTAVAIL:
+        return CliError("%s is not an address of this machine" % host,
+                        "--host 127.0.0.1, or 0.0.0.0 for every address")
+    return CliError("cannot listen on %s port %d: %s" % (host, port, e.strerror or e))
+
+
+def port_number(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError("not a port number: %r" % value) from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError("%d is not a port (0 to 65535; 0 picks a free one)" % port)
+    return port
 
 
 def quotas(pairs: list[str] | None) -> dict[str, int]:
     import dataclasses
-    from cddlm.cli.common import usage
     from cddlm.config import Quotas
     known = {f.name for f in dataclasses.fields(Quotas)}
     out = {}
     for pair in pairs or []:
         key, _, value = pair.partition("=")
         if key not in known or not value.isdigit():
-            raise SystemExit(usage("--quota expects NAME=N with NAME one of %s, got %r"
-                                   % (", ".join(sorted(known)), pair)))
+            raise UsageError("--quota expects NAME=N with NAME one of %s, got %r"
+                             % (", ".join(sorted(known)), pair))
         out[key] = int(value)
     return out
 
 
 def register(sub) -> None:
-    portal = sub.add_parser("portal", help="run a portal").add_subparsers(dest="portal_command",
-                                                                          required=True)
-    sv = portal.add_parser("serve", help="run a portal until interrupted")
-    sv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    sv.add_argument("--port", type=int, default=8080, help="port (default 8080; 0 picks a free one)")
+    portal = sub.add_parser("portal", help="run a portal").add_subparsers(
+        dest="portal_command", required=True, metavar="COMMAND")
+    sv = portal.add_parser("serve", help="run a portal until interrupted (Ctrl-C; its "
+                           "components keep running and are re-adopted at the next start)")
+    sv.add_argument("--host", default="127.0.0.1", metavar="H", help="address to listen on (default 127.0.0.1)")
+    sv.add_argument("--port", type=port_number, default=8080, metavar="P",
+                    help="port (default 8080; 0 picks a free one)")
     sv.add_argument("--db", metavar="URL",
                     help="database URL (default: SQLite under the state dir; postgresql://... to share)")
     sv.add_argument("--state-dir", default="./cddlm-state", metavar="DIR",
@@ -121,12 +203,12 @@ def register(sub) -> None:
     sv.add_argument("--hosts-dir", metavar="DIR",
                     help="directory of the local hosts (default STATE/hosts; portals that share a "
                          "database must share it)")
-    sv.add_argument("--workers", type=int, default=4, help="enactment worker threads (default 4)")
-    sv.add_argument("--lease-seconds", type=float, default=30.0,
+    sv.add_argument("--workers", type=int, default=4, metavar="N", help="enactment worker threads (default 4)")
+    sv.add_argument("--lease-seconds", type=float, default=30.0, metavar="S",
                     help="a claimed work item passes to another worker after this (default 30)")
-    sv.add_argument("--heartbeat", type=float, default=5.0,
+    sv.add_argument("--heartbeat", type=float, default=5.0, metavar="S",
                     help="seconds between heartbeats; a portal silent for 3 is dead (default 5)")
-    sv.add_argument("--liveness-interval", type=float, default=2.0,
+    sv.add_argument("--liveness-interval", type=float, default=2.0, metavar="S",
                     help="seconds between liveness checks of running components (default 2)")
     sv.add_argument("--tls-cert", metavar="PEM", help="serve HTTPS with this certificate chain")
     sv.add_argument("--tls-key", metavar="PEM", help="the certificate's private key (PKCS#8)")
@@ -153,5 +235,7 @@ def register(sub) -> None:
     sv.add_argument("--insecure", action="store_true",
                     help="start even on a non-loopback address without --users and TLS, or as "
                          "root without --run-as (loudly: anyone reaching it may run commands)")
-    sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"))
+    sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
+                    help="what the portal logs on stderr (default warning); STATE/portal.log "
+                         "gets info and above (debug with debug)")
     sv.set_defaults(func=cmd_portal_serve)

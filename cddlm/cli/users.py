@@ -90,9 +90,9 @@ def register(sub) -> None:
                        help="the users file (made with mode 0600 if missing)")
 
     u = sub.add_parser("user", help="users of a portal (its --users file)").add_subparsers(
-        dest="user_command", required=True)
+        dest="user_command", required=True, metavar="COMMAND")
     add = u.add_parser("add", help="add a user (the password from stdin, or prompted)")
-    add.add_argument("name", metavar="NAME")
+    add.add_argument("name", metavar="NAME", help="the user's name")
     add.add_argument("--role", choices=ROLES, default="user",
                      help="user: own applications only; admin: every application, hosts, users")
     add.add_argument("--run-as", metavar="ACCOUNT",
@@ -104,26 +104,26 @@ def register(sub) -> None:
     ls = u.add_parser("ls", help="list users: role, account, tokens")
     users_option(ls)
     rm = u.add_parser("rm", help="remove a user (their applications stay, reachable by admins)")
-    rm.add_argument("name", metavar="NAME")
+    rm.add_argument("name", metavar="NAME", help="the user's name")
     users_option(rm)
     dg = u.add_parser("digest", help="issue a new PasswordDigest secret (the old one stops working)")
-    dg.add_argument("name", metavar="NAME")
+    dg.add_argument("name", metavar="NAME", help="the user's name")
     users_option(dg)
     for p in (add, ls, rm, dg):
         p.set_defaults(func=cmd_user)
 
     t = sub.add_parser("token", help="bearer tokens of a user").add_subparsers(
-        dest="token_command", required=True)
+        dest="token_command", required=True, metavar="COMMAND")
     create = t.add_parser("create", help="a new bearer token (printed once)")
-    create.add_argument("name", metavar="NAME")
+    create.add_argument("name", metavar="NAME", help="the user the token is for")
     create.add_argument("--label", help="what the token is for (shown by token ls)")
     users_option(create)
     tls = t.add_parser("ls", help="a user's tokens: id, created, label")
-    tls.add_argument("name", metavar="NAME")
+    tls.add_argument("name", metavar="NAME", help="the user whose tokens to list")
     users_option(tls)
     trm = t.add_parser("rm", help="revoke a token")
-    trm.add_argument("name", metavar="NAME")
-    trm.add_argument("id", metavar="ID")
+    trm.add_argument("name", metavar="NAME", help="the user's name")
+    trm.add_argument("id", metavar="ID", help="the token's id (token ls)")
     users_option(trm)
     for p in (create, tls, trm):
         p.set_defaults(func=cmd_token)

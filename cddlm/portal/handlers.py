@@ -17,6 +17,7 @@ from cddlm.application import options as opts
 from cddlm.application.repository import PORTAL_PRODUCER, App
 from cddlm.application.secrets import visible_properties
 from cddlm.application.service import Service
+from cddlm.application.views import Views
 from cddlm.errors import (BadArgument, ResourceNotDestroyed, ResourceUnknown,
                           TerminationTimeChangeRejected)
 from cddlm.lang import registry
@@ -65,11 +66,12 @@ def producer_properties(topic: str) -> dict[str, rp.Builder]:
 
 
 class Handlers:
-    def __init__(self, service: Service, started: float, subscriptions: Any = None, *,
-                 xpath: XPathPool):
+    def __init__(self, service: Service, started: float, subscriptions: Any = None,
+                 views: Views | None = None, *, xpath: XPathPool):
         self.service = service
         self.started = started
         self.subscriptions = subscriptions   # portal.subscriptions.SubscriptionHandlers, when wired
+        self.views = views or Views(service)
         self.xpath = xpath                   # evaluates QueryResourceProperties
 
     # -- portal ---------------------------------------------------------------------------------
@@ -232,6 +234,7 @@ class Handlers:
             if h.get("pid"):
                 c.set("pid", str(h["pid"]))
             c.set("restarts", str(h.get("restarts") or 0))
+            set_waiting(c, h)
         if result.termination_info:
             out.append(termination_info(result.termination_info))
         return out
@@ -240,6 +243,45 @@ class Handlers:
         app = self.app(req)
         value = self.service.resolve(app.id, m.text(req.body, "path") or "")
         return m.element("resolveResponse", m.value_element("value", value))
+
+    def logs(self, req: Request) -> etree._Element:
+        """``ext:logs``: a component's stdout or stderr, read where the component runs."""
+        app = self.app(req)
+        ext = "{%s}" % ns.EXT
+        b = req.body
+        lines, offset = b.findtext(ext + "lines"), b.findtext(ext + "offset")
+        found = self.views.log(req.principal, app.id, (b.findtext(ext + "component") or "").strip(),
+                               (b.findtext(ext + "stream") or "stdout").strip(),
+                               lines=int(lines) if lines else None,
+                               offset=int(offset) if offset else None)
+        out = etree.Element(ext + "logsResponse", nsmap={"ext": ns.EXT}, component=found["path"],
+                            stream=found["stream"],
+                            available="true" if found["available"] else "false",
+                            offset=str(found["offset"]))
+        if found["host"]:
+            out.set("host", found["host"])
+        for line in found["lines"]:
+            etree.SubElement(out, ext + "line").text = m.clean(line)
+        return out
+
+    def components(self, app: App, req: Request) -> etree._Element:
+        """``ext:components``: the component table as the portal records it, with ports."""
+        ext = "{%s}" % ns.EXT
+        out = etree.Element(ext + "components", nsmap={"ext": ns.EXT})
+        for c in self.views.components(req.principal, app.id):
+            el = etree.SubElement(out, ext + "component", path=c["path"], type=c["type"],
+                                  state=c["state"])
+            for key in ("desired", "host", "provider", "pid", "restarts", "exitCode", "exitSignal"):
+                if c.get(key) is not None:
+                    el.set(key, str(c[key]))
+            if c["optional"]:
+                el.set("optional", "true")
+            if c["ports"]:
+                el.set("ports", " ".join(str(p) for p in c["ports"]))
+            set_waiting(el, c)
+            if c.get("info"):
+                etree.SubElement(el, ext + "info").text = m.clean(c["info"])
+        return out
 
     def destroy_view(self, req: Request) -> etree._Element:
         self.app(req)
@@ -300,6 +342,7 @@ class Handlers:
             if app.placement and app.placement.get("audit") else [],
             _q(ns.EXT, "scheduledTermination"): lambda: [
                 rp.termination_time(app.termination_time, _q(ns.EXT, "scheduledTermination"))],
+            _q(ns.EXT, "components"): lambda: [self.components(app, req)],
         })
 
     def deployment_info(self, app: App) -> etree._Element:
@@ -373,6 +416,7 @@ class Handlers:
                 self.set_termination_time, RLW + "ScheduledResourceTermination/SetTerminationTimeResponse"),
             _q(ns.EXT, "scheduleTerminationRequest"): Operation(
                 self.schedule_termination, ns.EXT + ":Application:scheduleTerminationResponse"),
+            _q(ns.EXT, "logsRequest"): Operation(self.logs, ns.EXT + ":Application:logsResponse"),
             **rp.operations(self.app_properties, self.xpath),
         }
         if self.subscriptions is not None:
@@ -384,6 +428,14 @@ class Handlers:
 
 def _number(amount: float) -> str:
     return str(int(amount)) if float(amount).is_integer() else repr(float(amount))
+
+
+def set_waiting(el: etree._Element, component: dict) -> None:
+    """``ext:waitingFor``, ``ext:waited`` and ``ext:timeout`` on a starting component's element."""
+    if component.get("waitingFor"):
+        el.set(_q(ns.EXT, "waitingFor"), m.clean(component["waitingFor"]))
+        el.set(_q(ns.EXT, "waited"), "%.1f" % component["waited"])
+        el.set(_q(ns.EXT, "timeout"), "%g" % component["timeout"])
 
 
 def view_of(req: Request) -> str:

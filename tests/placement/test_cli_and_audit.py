@@ -48,7 +48,9 @@ def test_cli_reports_infeasible_with_conflicts(tmp_path):
         "components": components(names), "groups": [{"name": "g", "members": names}],
         "policies": [{"type": "anti-collocation", "level": "host", "group": "g"}]})
     out = json.loads(proc.stdout)
-    assert proc.returncode == 0 and out["status"] == "infeasible" and out["conflicts"] == [0]
+    assert proc.returncode == 1 and out["status"] == "infeasible" and out["conflicts"] == [0]
+    assert proc.stderr.count("\n") == 1 and "infeasible: " in proc.stderr
+    assert "policy 0 (anti-collocation)" in proc.stderr
 
 
 def test_audit_shows_vertices_and_soft_violations():

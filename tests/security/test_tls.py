@@ -62,7 +62,8 @@ def test_plain_http_to_the_tls_port_gets_nowhere(tls_net):
         conn.getresponse().read()
     conn.close()
     done = cddlm("ls", "--portal", tls_net.url.replace("https://", "http://"), env=tls_net.env("alice"))
-    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 3 and "Traceback" not in done.stderr, done.stderr   # no portal there
+    assert "http or https" in done.stderr
     assert wire.snapshot(tls_net.db) == before
 
 

@@ -185,8 +185,10 @@ def exists(base: str, relative: str) -> bool:
         os.close(fd)
 
 
-def read_tail(base: str, relative: str, max_bytes: int) -> tuple[bytes, int]:
-    """The last ``max_bytes`` of a regular file below ``base``, and where they start."""
+def read_tail(base: str, relative: str, max_bytes: int,
+              offset: int | None = None) -> tuple[bytes, int]:
+    """The last ``max_bytes`` of a regular file below ``base`` (with ``offset``: the
+    ``max_bytes`` after it, from the start when the file is now shorter), and where they start."""
     names = inside(base, relative)
     fd = open_dir(base, names[:-1], False)
     try:
@@ -194,8 +196,11 @@ def read_tail(base: str, relative: str, max_bytes: int) -> tuple[bytes, int]:
     finally:
         os.close(fd)
     with os.fdopen(f, "rb") as stream:
-        stream.seek(0, os.SEEK_END)
-        start = max(0, stream.tell() - max_bytes)
+        end = stream.seek(0, os.SEEK_END)
+        if offset is None:
+            start = max(0, end - max_bytes)
+        else:
+            start = offset if offset <= end else 0
         stream.seek(start)
         return stream.read(max_bytes), start
 

@@ -230,7 +230,8 @@ class Engine:
             return
         runner = self.runners.get(comp.host or "")
         keep = self._keep_lease(item)
-        if down or runner is None:
+        if runner is None or (down and item.action != "stop"):
+            # a host marked down still has its local processes: a stop stops them
             outcome = Outcome("stopped") if item.action == "stop" else Outcome(
                 "failed", down or "host %s has no local agent" % comp.host)
         else:
@@ -386,6 +387,7 @@ class Engine:
             with self.store.write() as conn:
                 current_app = repo.lock_app(conn, app_id)
                 before = current_app.event_seq if current_app else 0
+                stops = []
                 for comp in chosen:
                     if comp.path not in outcomes or current_app is None:
                         continue
@@ -394,7 +396,11 @@ class Engine:
                         continue   # changed meanwhile: this report is stale
                     self._apply(conn, current_app, current, outcomes[comp.path], now)
                     recorded.add(comp.path)
+                    if comp.host in down and comp.pid and comp.host in self.runners:
+                        stops.append((comp.path, "stop"))   # failed with its host: stop it too
                 after, added = reconcile(conn, app_id, now) if recorded else (current_app, False)
+                if stops and current_app is not None:
+                    added = queue.add(conn, app_id, stops, current_app.generation, now) > 0 or added
             self._after(added, after is not None and after.event_seq != before)
         return [_health(c, outcomes.get(c.path) if c.path in recorded else None) for c in chosen]
 

@@ -39,6 +39,7 @@ from cddlm.budget import PatternError, user_regex
 from cddlm.config import Settings
 
 STDERR_TAIL_LINES = 20
+READINESS_TIMEOUT = 30.0    # seconds a readiness condition may take when it does not say
 WRAPPER = 'echo $$ > "$0" && exec "$@"'
 PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
             "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
@@ -116,18 +117,32 @@ class LocalRunner:
                  max_bytes: int = 8192) -> list[str]:
         """The last ``lines`` lines of a component's ``stdout`` or ``stderr`` log, reading at
         most ``max_bytes`` of its end (a partial first line is dropped)."""
+        return self.log_read(app_id, path, stream, lines=lines, max_bytes=max_bytes)[0]
+
+    def log_read(self, app_id: str, path: str, stream: str, *, lines: int = 0,
+                 offset: int | None = None, max_bytes: int = 8192) -> tuple[list[str], int]:
+        """Lines of a component's ``stdout`` or ``stderr`` log, reading at most ``max_bytes``:
+        without ``offset`` the last ``lines`` lines of its end (a partial first line is
+        dropped); with one, the complete lines after byte ``offset`` (from the start when the
+        file is now shorter: it was replaced). Returns them and the offset to read on from.
+        Only a regular file below the application's directory is read, never through a link
+        (``confine``): the component owns its directory and could put anything there."""
         if stream not in ("stdout", "stderr"):
             raise ValueError(stream)
         try:
             data, start = confine.read_tail(self.app_dir(app_id), path + "/" + stream + ".log",
-                                            max_bytes)
+                                            max_bytes, offset)
         except (OSError, Escape):
-            return []
-        text = data.decode("utf-8", "replace")
-        found = text.splitlines()
+            return [], offset or 0
+        if offset is not None:
+            # complete lines only, so that the next read goes on where a line begins (a line
+            # longer than max_bytes comes in pieces)
+            cut = data.rfind(b"\n") + 1 or (len(data) if len(data) >= max_bytes else 0)
+            return data[:cut].decode("utf-8", "replace").splitlines(), start + cut
+        found = data.decode("utf-8", "replace").splitlines()
         if start > 0 and found:
             found = found[1:]
-        return found[-lines:] if lines > 0 else []
+        return (found[-lines:] if lines > 0 else []), start + len(data)
 
     # -- deploy ------------------------------------------------------------------------------
     def deploy(self, t: Target) -> Outcome:
@@ -315,7 +330,7 @@ class LocalRunner:
         return proc.pid, started
 
     def _await_ready(self, t, pid, started, ready, keep_lease, base) -> Outcome:
-        timeout = float(ready.get("timeout") or 30)
+        timeout = float(ready.get("timeout") or READINESS_TIMEOUT)
         interval = float(ready.get("interval") or 0.1)
         deadline = time.monotonic() + timeout
         workdir = self.component_dir(t.app_id, t.path)
@@ -513,6 +528,24 @@ def readiness(ready: dict, workdir: str, networks: tuple[str, ...],
             return None
         return "log line /%s/ not seen" % ready["log"]
     return None
+
+
+def waiting(ready: dict, since: float, now: float) -> dict:
+    """What a component that awaits its readiness waits for, in words (``log /Serving
+    HTTP/``), for how long it has (``waited`` seconds) and may (``timeout``)."""
+    def show(value: Any) -> str:
+        target = getattr(value, "target", None)      # a lazy value, resolved on the host
+        return "${%s}" % target if target is not None else str(value)
+
+    what = next(("%s %s" % (kind, show(ready[kind])) for kind in ("tcp", "http", "file")
+                 if kind in ready), None)
+    if what is None:
+        what = "log /%s/" % show(ready["log"]) if "log" in ready else "readiness"
+    try:
+        timeout = float(ready.get("timeout") or READINESS_TIMEOUT)
+    except (TypeError, ValueError):
+        timeout = READINESS_TIMEOUT
+    return {"waitingFor": what, "waited": max(0.0, now - since), "timeout": timeout}
 
 
 def probe(attrs: dict, networks: tuple[str, ...]) -> str | None:

@@ -1,0 +1,73 @@
+"""Running the ``cddlm`` command as a user does: a real subprocess against a live portal on
+loopback, with stdout not a terminal (or, with ``tty=True``, a pseudo-terminal)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+ROOT = Path(__file__).resolve().parents[2]
+NATIVE = "urn:cddlm:lang:components:1"
+TRACEBACK = "Traceback (most recent call last)"
+
+
+def env_for(portal: str | None) -> dict:
+    env = dict(os.environ)
+    env.pop("CDDLM_PORTAL", None)
+    if portal:
+        env["CDDLM_PORTAL"] = portal
+    return env
+
+
+def cddlm(*args: str, portal: str | None = None, check: bool = True, timeout: float = 120,
+          cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    r = subprocess.run([sys.executable, "-m", "cddlm.cli", *args], capture_output=True, text=True,
+                       env=env_for(portal), cwd=cwd, timeout=timeout)
+    assert TRACEBACK not in r.stderr, r.stderr
+    if check:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+def popen(*args: str, portal: str | None = None, **kwargs) -> subprocess.Popen:
+    """The command in the background, with Ctrl-C (SIGINT) delivered as a terminal would,
+    even when the test runs in a background job (which ignores SIGINT, and passes that on)."""
+    kwargs.setdefault("stdout", subprocess.PIPE)
+    kwargs.setdefault("stderr", subprocess.PIPE)
+    return subprocess.Popen([sys.executable, "-m", "cddlm.cli", *args], env=env_for(portal),
+                            cwd=ROOT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+                            **kwargs)
+
+
+def process(name: str, argv: list[str], readiness: dict | None = None, extra: str = "") -> str:
+    """One native ``process`` component."""
+    items = "".join("<item>%s</item>" % escape(a) for a in argv)
+    ready = ""
+    if readiness:
+        ready = '<attribute name="readiness">%s</attribute>' % "".join(
+            '<item name="%s">%s</item>' % (k, escape(v)) for k, v in readiness.items())
+    return ('<component name="%s" type="process"><attribute name="argv">%s</attribute>%s%s'
+            '</component>' % (name, items, ready, extra))
+
+
+def descriptor(path: Path, *components: str) -> Path:
+    path.write_text('<application xmlns="%s">\n%s\n</application>\n' % (NATIVE, "\n".join(components)))
+    return path
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def banner(live_portal) -> list[str]:
+    """What a live portal printed on stderr before it said it was ready (its banner)."""
+    return live_portal.log_path.read_text().splitlines()
