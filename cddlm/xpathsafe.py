@@ -93,10 +93,12 @@ class _Helper:
 
     def _read(self, size: int, deadline: float) -> bytes | None:
         fd = self.proc.stdout.fileno()
+        poller = select.poll()          # not select(): a busy portal has descriptors past 1024
+        poller.register(fd, select.POLLIN)
         chunks, got = [], 0
         while got < size:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
+            if left <= 0 or not poller.poll(left * 1000):
                 return None
             chunk = os.read(fd, min(1 << 20, size - got))
             if not chunk:
