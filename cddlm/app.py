@@ -247,7 +247,7 @@ class Portal:
         if path is not None:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             if open_sqlite_file(path):
-                log.warning("no store at %s: started with a new, empty one", path)
+                log.info("no store at %s: started with a new, empty one", path)
             self.store_identity = _identity(path)
         self.store = Store(settings.database_url)
         self.store.migrate()
