@@ -8,6 +8,7 @@ notification machinery, the users and the authenticator, the SOAP endpoints and 
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import ipaddress
 import logging
@@ -22,12 +23,12 @@ from cddlm import httpserver
 from cddlm.application.enactment.engine import Engine
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
-from cddlm.application.store import Store
+from cddlm.application.store import Store, open_sqlite_file, sqlite_file
 from cddlm.application.tenancy import Accounts
 from cddlm.application.users import Directory
 from cddlm.application.views import Views
 from cddlm.config import Settings
-from cddlm.errors import ConfigurationError
+from cddlm.errors import ConfigurationError, StoreUnavailable
 from cddlm.notify.delivery import Delivery
 from cddlm.notify.messages import portal_address
 from cddlm.notify.subscriptions import Subscriptions
@@ -36,12 +37,14 @@ from cddlm.portal.auth import Authenticator
 from cddlm.portal.handlers import Handlers
 from cddlm.portal.subscriptions import SubscriptionHandlers
 from cddlm.web.app import Dashboard
+from cddlm.xpathsafe import XPathPool
 
 log = logging.getLogger(__name__)
 # Spyne logs every fault a handler raises, with a traceback: a caller's mistake is not the
 # portal's error, and the fault itself tells the caller everything
 logging.getLogger("spyne.application.client").setLevel(logging.CRITICAL)
 logging.getLogger("spyne.application.server").setLevel(logging.CRITICAL)
+logging.getLogger("spyne.application").setLevel(logging.CRITICAL)   # faults are not errors (Busy)
 logging.getLogger("spyne.util.appreg").setLevel(logging.ERROR)
 
 
@@ -51,6 +54,53 @@ def load_hosts(settings: Settings) -> Hosts:
     from cddlm.application.descriptors import load_data_file
     return Hosts.from_datacenter(load_data_file(settings.datacenter_file))
 
+
+class StateDir:
+    """The portal's state directory, held: made (or made) readable by its owner only, whatever
+    the umask (0700; 0711 when components run as other accounts, which must pass through it
+    to their own directories, though not list it), and locked for the portal's lifetime, so
+    that a second portal on the same directory refuses to start (portals share a store
+    through PostgreSQL, each with its own state directory)."""
+
+    def __init__(self, path: str, traversable: bool = False):
+        self.path = os.path.abspath(path)
+        mode = 0o711 if traversable else 0o700
+        os.makedirs(self.path, mode=mode, exist_ok=True)
+        try:
+            os.chmod(self.path, mode)
+        except PermissionError:
+            log.warning("cannot make %s private (mode %o): it is not this user's", self.path, mode)
+        self._fd = os.open(os.path.join(self.path, "portal.lock"),
+                           os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(self._fd, 32, 0).decode("ascii", "replace").strip()
+            os.close(self._fd)
+            raise StoreUnavailable(
+                "another portal%s is running on the state directory %s; stop it, or give this "
+                "one its own --state-dir (portals share applications through --db postgresql://...)"
+                % (" (pid %s)" % holder if holder else "", self.path)) from None
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, str(os.getpid()).encode(), 0)
+        self.identity = _identity(self.path)
+
+    def gone(self) -> bool:
+        """Whether the directory was deleted or replaced since it was taken."""
+        return _identity(self.path) != self.identity
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)       # the lock goes with it
+            self._fd = None
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 def is_loopback(host: str) -> bool:
     if host.strip("[]").lower() == "localhost":
@@ -138,28 +188,41 @@ class Portal:
             log.warning(warning)
         sec = settings.security
         self.users = Directory(sec.users_file, sec.credential_cache) if sec.users_file else None
-        os.makedirs(settings.state_dir, exist_ok=True)
-        if sec.run_as:
-            _check_reachable(settings.hosts_root)
+        # components running as other accounts pass through the state directory (o+x)
+        self.state = StateDir(settings.state_dir, traversable=bool(sec.run_as))
+        try:
+            if sec.run_as:
+                _check_reachable(settings.hosts_root)
+            self._open_store(settings)
+        except BaseException:
+            self.state.release()
+            raise
         scheme = "https" if settings.tls_cert else "http"
         self.url = settings.public_url or "%s://%s:%d" % (scheme, settings.host, settings.port)
-        self.store = Store(settings.database_url)
-        self.store.migrate()
         self.hosts = load_hosts(settings)
         self.engine = Engine(self.store, settings, self.hosts, clock=clock, url=self.url)
         self.engine.accounts = Accounts(sec.run_as, self.users.account if self.users else lambda _: None)
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)
+        # users' XPath is evaluated in helper processes with a budget: queries in one pool,
+        # message-content filters (tried at subscribe, matched at fan-out) in another
+        limits = settings.limits
+        self.queries = XPathPool(limits.query_workers, seconds=limits.query_seconds,
+                                 wait=limits.query_wait_seconds,
+                                 max_result_bytes=limits.max_query_result_bytes,
+                                 max_chars=limits.max_expression_chars)
+        self.filters = XPathPool(2, seconds=limits.filter_seconds, wait=30.0,
+                                 max_chars=limits.max_expression_chars)
         # notifications: the use cases, the delivery workers, and who wakes them
-        self.subscriptions = Subscriptions(self.store, settings, clock=clock)
+        self.subscriptions = Subscriptions(self.store, settings, self.filters, clock=clock)
         self.delivery = Delivery(self.store, settings, self.engine.id, clock=clock,
-                                 portal_url=self.portal_url)
+                                 portal_url=self.portal_url, xpath=self.filters)
         self.service.subscriptions = self.subscriptions
         self.service.on_events.append(self.delivery.wake)
         self.engine.on_events.append(self.delivery.wake)
         self.subscriptions.on_change.append(self.delivery.wake)
-        notify = SubscriptionHandlers(self.subscriptions)
+        notify = SubscriptionHandlers(self.subscriptions, self.queries)
         self.views = Views(self.service)
-        self.handlers = Handlers(self.service, time.time(), notify, self.views)
+        self.handlers = Handlers(self.service, time.time(), notify, self.views, xpath=self.queries)
         portal_ep, app_ep = self.handlers.endpoints()
         self.authenticator = Authenticator(self.users, self.store, sec, clock=clock)
         local = self.users is None
@@ -168,10 +231,35 @@ class Portal:
         self.wsgi = wsgi.build({"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep,
                                 "/cddlm/subscriptions": notify.manager_endpoint()},
                                settings.limits, self.portal_url, self.dashboard,
-                               None if local else self.authenticator.soap)
+                               None if local else self.authenticator.soap,
+                               wsgi.own_names(settings.host, settings.public_url,
+                                              settings.allowed_hosts))
         self.scheduler = None
         self.server: httpserver.HttpServer | None = None
         self._stopped = threading.Event()
+        self.failure: str | None = None      # why the portal stopped serving by itself
+
+    def _open_store(self, settings: Settings) -> None:
+        """Check an SQLite store before anything writes to it (a damaged one is refused),
+        then open and migrate it."""
+        path = sqlite_file(settings.database_url)
+        self.store_file = path
+        if path is not None:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            if open_sqlite_file(path):
+                log.info("no store at %s: started with a new, empty one", path)
+            self.store_identity = _identity(path)
+        self.store = Store(settings.database_url)
+        self.store.migrate()
+
+    def lost_state(self) -> str | None:
+        """Why the portal cannot go on (its state directory or store file deleted or replaced
+        under it), or None."""
+        if self.state.gone():
+            return "the state directory %s was deleted or replaced" % self.state.path
+        if self.store_file is not None and _identity(self.store_file) != self.store_identity:
+            return "the store %s was deleted or replaced" % self.store_file
+        return None
 
     def portal_url(self) -> str:
         return self.url
@@ -206,7 +294,10 @@ class Portal:
             self.scheduler.shutdown(wait=False)
         self.delivery.stop()
         self.engine.stop()
+        self.queries.close()
+        self.filters.close()
         self.store.dispose()
+        self.state.release()
 
     def summary(self) -> dict:
         """What a starting portal says about itself: its store (password hidden), its hosts,
@@ -256,6 +347,13 @@ class Portal:
         while not self._stopped.wait(0.5):
             if not server.alive():
                 log.error("the HTTP server stopped; the portal stops too")
+                break
+            lost = self.lost_state()
+            if lost is not None:
+                # answering from a deleted store would lose every write; a restart on the
+                # path starts from whatever is there then, and says so
+                self.failure = "%s under the running portal; it stops serving" % lost
+                log.error("%s", self.failure)
                 break
 
     def _wait_answering(self, server: httpserver.HttpServer, timeout: float = 30.0) -> None:

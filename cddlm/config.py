@@ -14,12 +14,27 @@ DEFAULT_PORTAL = "http://127.0.0.1:8080/cddlm/portal"     # where clients look w
 class Limits:
     """Bounds on untrusted input; each one refuses early with a clear fault."""
 
-    max_body_bytes: int = 10 * MiB          # a SOAP request body
+    max_body_bytes: int = 10 * MiB          # a SOAP request body, a referenced or imported document
     max_xml_depth: int = 256                # element nesting in any XML the portal parses
+    max_xml_nodes: int = 300_000            # elements and attributes in one XML document
+    max_xml_attributes: int = 256           # attributes (namespace declarations too) of one element
+    large_body_bytes: int = 1 * MiB         # a document at least this large is a large parse ...
+    max_large_parses: int = 2               # ... and at most this many run at once (others wait)
+    max_template_bytes: int = 512 * 1024    # a HOT template (Heat's own default): YAML costs far more than XML
     max_components: int = 20_000            # components in one resolved descriptor
-    max_resolved_nodes: int = 2_000_000     # nodes a CDL document may expand to
+    max_resolved_nodes: int = 500_000       # nodes a CDL document (or values a HOT template) may expand to
     max_descriptor_depth: int = 64          # component tree depth
     max_properties: int = 10_000            # deploy-time properties on one initialize
+    max_value_chars: int = 1 * MiB          # characters of one resolved value (an env value, file content)
+    max_resolved_chars: int = 16 * MiB      # characters of every value of one resolved descriptor
+    max_pattern_chars: int = 4096           # a user's regular expression (readiness log, allowed_pattern)
+    max_expression_chars: int = 4096        # a user's XPath (query, message filter, CDL expression)
+    query_seconds: float = 2.0              # CPU budget of one QueryResourceProperties evaluation
+    query_workers: int = 2                  # XPath queries evaluated at once (each in a helper process)
+    query_wait_seconds: float = 0.1         # how long a query waits for a free helper (holding a server thread), then is refused
+    max_query_result_bytes: int = 4 * MiB   # the serialized result of one query
+    filter_seconds: float = 0.5             # budget of one message-content filter over one round's messages
+    max_log_bytes: int = 8 * MiB            # a component's stdout.log/stderr.log; then rotated to .1
 
 
 @dataclass(frozen=True)
@@ -87,9 +102,17 @@ class Settings:
     liveness_interval: float = 2.0           # scheduled check of every running component
     hosts_dir: str | None = None             # local hosts' directories (default STATE/hosts);
                                              # portals sharing a store must share this too
-    # descriptors
-    import_path: tuple[str, ...] = ()        # folders searched for classpath:/ and library imports
-    allowed_import_prefixes: tuple[str, ...] = ()   # network locations a descriptor may import
+    # descriptors: where references and imports may be read from (application/loader.py)
+    import_path: tuple[str, ...] = ()        # folders searched for classpath:/ imports (also readable)
+    allowed_descriptor_dirs: tuple[str, ...] = ()   # file: references and imports only below these
+    allowed_descriptor_urls: tuple[str, ...] = ()   # http(s): references and imports only under these
+    descriptor_networks: tuple[str, ...] = ()       # besides public addresses, networks they may be on
+    descriptor_fetch_timeout: float = 10.0   # seconds to fetch one referenced or imported document
+    # probes and readiness checks: the networks their tcp/http targets may be in
+    probe_networks: tuple[str, ...] = ("127.0.0.0/8", "::1/128", "10.0.0.0/8",
+                                       "172.16.0.0/12", "192.168.0.0/16")
+    # requests: names the portal answers to besides IP literals, localhost and its own names
+    allowed_hosts: tuple[str, ...] = ()      # "*": any Host (turns the DNS-rebinding check off)
     # notification delivery (notify/delivery.py)
     delivery_workers: int = 8                # sender threads; one consumer host may hold half
     delivery_timeout: float = 5.0            # seconds to wait for a consumer's response

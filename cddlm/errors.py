@@ -31,7 +31,8 @@ zeep, OSError) are translated where they are caught and never leak upward.
     └── ServerError                      the portal's own failure (soapenv:Server)
         ├── DeploymentFailed             enactment failed synchronously
         ├── RemoteFault                  a fault relayed from a delegate portal
-        └── StoreUnavailable             the database cannot be reached or is locked
+        ├── StoreUnavailable             the database cannot be reached or is locked
+        └── Busy                         a bounded resource (large parses, query helpers) is taken
 """
 
 from __future__ import annotations
@@ -235,3 +236,8 @@ class RemoteFault(ServerError):
 
 class StoreUnavailable(ServerError):
     pass
+
+
+class Busy(ServerError):
+    """The portal bounds how many of some costly things run at once and all are taken: the
+    request may succeed if sent again later."""

@@ -160,11 +160,16 @@ def free_port() -> int:
 
 
 class LivePortal:
-    def __init__(self, state_dir: Path, port: int = 0, db: str | None = None, extra: list[str] | None = None):
+    """``cddlm portal serve`` as a subprocess; ``stdin_pipe``: its stdin is a pipe (as under a
+    supervisor), else it inherits the tests' own."""
+
+    def __init__(self, state_dir: Path, port: int = 0, db: str | None = None, extra: list[str] | None = None,
+                 stdin_pipe: bool = False):
         self.state_dir = state_dir
         self.port = port
         self.db = db
         self.extra = extra or []
+        self.stdin_pipe = stdin_pipe
         self.proc: subprocess.Popen | None = None
         self.url = ""
 
@@ -175,7 +180,8 @@ class LivePortal:
             cmd += ["--db", self.db]
         self.log_path = self.state_dir.parent / ("portal-%d.log" % time.time_ns())
         self.log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT)
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT,
+                                     stdin=subprocess.PIPE if self.stdin_pipe else None)
         deadline = time.monotonic() + timeout
         line = b""
         while time.monotonic() < deadline:
@@ -199,6 +205,8 @@ class LivePortal:
                 self.proc.kill()
                 self.proc.wait()
         self.proc.stdout.close()
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
         self.log.close()
         self.proc = None
 

@@ -9,6 +9,9 @@ File keys:
             store must
   consumer: true starts a notification consumer on loopback; {consumer} is its URL
   datacenter: a datacenter (CONTRACT section 10, as YAML) the portals are started with
+  documents: {path: text, or {status, location}}: an HTTP server on loopback serves them
+           ({documents} is its base URL); the portal may fetch descriptors under
+           {documents}/allowed/ only (--allow-descriptor-url)
 Step keys:
   to:      portal | subscriptions/ID | "{var}" (an address saved earlier: it goes to the
            portal whose base URL it starts with)
@@ -177,6 +180,13 @@ def conversation(request, tmp_path, portal):
     with contextlib.ExitStack() as stack:
         extra = spec.get("portals") or []
         settings = {}
+        served = None
+        if spec.get("documents"):
+            from cddlm import httpserver
+            server = httpserver.serve(_documents(spec["documents"]), "127.0.0.1", 0)
+            stack.callback(server.stop)
+            served = server.url
+            settings["allowed_descriptor_urls"] = (served + "/allowed/",)
         if spec.get("datacenter"):
             path = tmp_path / "datacenter.yaml"
             path.write_text(yaml.safe_dump(spec["datacenter"]))
@@ -201,7 +211,26 @@ def conversation(request, tmp_path, portal):
         listener = None
         if spec.get("consumer"):
             listener = stack.enter_context(Listener(keep_envelopes=True))
+        if served is not None:
+            spec = dict(spec, served=served)
         yield request.param.name, spec, portals, listener
+
+
+def _documents(documents: dict):
+    """A WSGI application serving a conversation's documents by path."""
+    def app(environ, start_response):
+        doc = documents.get(environ.get("PATH_INFO", "").lstrip("/"))
+        if doc is None:
+            start_response("404 Not Found", [("Content-Length", "0")])
+            return [b""]
+        if isinstance(doc, dict):
+            start_response(doc["status"], [("Location", doc.get("location", "/")),
+                                           ("Content-Length", "0")])
+            return [b""]
+        body = doc.encode("utf-8")
+        start_response("200 OK", [("Content-Type", "text/xml"), ("Content-Length", str(len(body)))])
+        return [body]
+    return app
 
 
 def _stop(p) -> None:
@@ -218,6 +247,8 @@ def test_conversation(conversation):
     values.update({name: p.url for name, p in portals.portals.items()})
     if listener is not None:
         values["consumer"] = listener.url("consumer")
+    if spec.get("served"):
+        values["documents"] = spec["served"]
     shared = shared_dir()
     seen = [0]
     for number, step in enumerate(spec["steps"], 1):

@@ -9,18 +9,23 @@ PKG = Path(__file__).resolve().parents[1] / "cddlm"
 STDLIB_ONLY = {"errors", "ns", "config", "xsdtypes"}
 RULES = {
     # package: project packages it may import (cddlm.X), and third-party modules it may not
-    "lang": ({"errors", "ns", "config", "xmlsafe", "lang"},
+    "lang": ({"errors", "ns", "config", "xmlsafe", "budget", "lang"},
              {"sqlalchemy", "spyne", "zeep", "apscheduler", "socket", "subprocess", "requests"}),
     "placement": ({"errors", "placement"},
                   {"sqlalchemy", "spyne", "zeep", "apscheduler", "socket", "subprocess", "lxml"}),
-    "application": ({"errors", "ns", "config", "xmlsafe", "xsdtypes", "lang", "placement",
-                     "application"}, {"spyne", "zeep", "apscheduler"}),
-    "notify": ({"errors", "ns", "config", "xmlsafe", "xsdtypes", "wsa", "application", "notify"},
-               {"spyne", "apscheduler"}),
+    "application": ({"errors", "ns", "config", "xmlsafe", "xsdtypes", "budget", "netsafe", "lang",
+                     "placement", "application"}, {"spyne", "zeep", "apscheduler"}),
+    "notify": ({"errors", "ns", "config", "xmlsafe", "xsdtypes", "wsa", "budget", "netsafe",
+                "xpathsafe", "application", "notify"}, {"spyne", "apscheduler"}),
     "web": ({"errors", "ns", "config", "lang", "placement", "application", "web"},
             {"spyne", "zeep", "apscheduler", "sqlalchemy"}),
-    "portal": ({"errors", "ns", "config", "xmlsafe", "xsdtypes", "wsa", "lang", "application",
-                "notify", "portal", "__init__"}, {"apscheduler"}),
+    "portal": ({"errors", "ns", "config", "xmlsafe", "xsdtypes", "wsa", "budget", "xpathsafe",
+                "lang", "application", "notify", "portal", "__init__"}, {"apscheduler"}),
+    # the helpers that bound what users give the portal: below every package that calls them
+    "budget": ({"errors"}, {"sqlalchemy", "spyne", "zeep", "apscheduler", "socket", "subprocess",
+                            "lxml", "requests"}),
+    "netsafe": (set(), {"sqlalchemy", "spyne", "zeep", "apscheduler", "lxml", "requests"}),
+    "xpathsafe": ({"errors", "budget"}, {"sqlalchemy", "spyne", "zeep", "apscheduler", "requests"}),
 }
 def imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(), str(path))

@@ -23,36 +23,40 @@ def guess_language(path: str) -> str:
 
 
 def resolve(source, language: str, *, base_url: str | None = None, properties=None,
-            import_path: tuple[str, ...] = (), allowed_prefixes: tuple[str, ...] = (),
-            limits: Limits | None = None, version: str | None = None,
+            loader: Loader | None = None, limits: Limits | None = None, version: str | None = None,
             require_components: bool = True) -> registry.Resolution:
-    """Resolve and check a descriptor. ``require_components=False`` is for resolving only
+    """Resolve and check a descriptor, reading its imports through ``loader`` (by default
+    none but the component library). ``require_components=False`` is for resolving only
     (``cddlm lang resolve``): a valid document that declares no components is accepted, and
     the components it does declare are still checked against the library."""
     limits = limits or Limits()
     lang = registry.get(language, version)
     request = registry.ResolveRequest(source=source, base_url=base_url,
                                       properties=dict(properties or {}),
-                                      loader=Loader(import_path, allowed_prefixes), limits=limits)
+                                      loader=loader or Loader(max_bytes=limits.max_body_bytes),
+                                      limits=limits)
     result = lang.resolve(request)
-    library.check(result.deployment, max_components=limits.max_components,
-                  max_depth=limits.max_descriptor_depth, require_components=require_components)
+    library.check(result.deployment, limits=limits, require_components=require_components)
     return result
 
 
 def resolve_file(path: str, *, language: str | None = None, properties=None,
                  import_path: tuple[str, ...] = (), require_components: bool = True,
                  limits: Limits | None = None) -> registry.Resolution:
+    """Resolve a descriptor file on this machine (``cddlm lang resolve``), as the user running
+    the command: its imports may be any regular file that user can read."""
+    limits = limits or Limits()
+    loader = Loader(import_path, allowed_dirs=(os.sep,), max_bytes=limits.max_body_bytes)
     try:
-        data = pathlib.Path(path).read_bytes()
-    except OSError as e:
-        raise BadArgument("cannot read %s: %s" % (path, e.strerror or e)) from None
+        data = loader(os.path.abspath(path))
+    except ResolutionError as e:
+        raise BadArgument("cannot read %s" % e.message) from None
     language = language or guess_language(path)
     lang = registry.get(language)
     source = data if lang.body == "xml" else data.decode("utf-8", errors="replace")
     try:
         return resolve(source, language, base_url=pathlib.Path(path).resolve().as_uri(),
-                       properties=properties, import_path=import_path, limits=limits,
+                       properties=properties, loader=loader, limits=limits,
                        require_components=require_components)
     except (DescriptorError, ResolutionError) as e:
         if not e.file:

@@ -24,7 +24,8 @@ from lxml import etree
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from cddlm.application import audit as audit_log, descriptors, lifecycle, options as opts, tenancy
+from cddlm.application import (audit as audit_log, descriptors, lifecycle, options as opts, secrets,
+                               tenancy)
 from cddlm.application import repository as repo
 from cddlm.application.enactment import queue, states
 from cddlm.application.enactment.reconcile import reconcile
@@ -298,8 +299,7 @@ class Service:
         lifecycle.check_operation("initialize", app.state, app.desired)
         termination_time = self._termination_option(understood, now)
         result = descriptors.resolve(source, descriptor.language, base_url=descriptor.reference,
-                                     properties=props, import_path=self.settings.import_path,
-                                     allowed_prefixes=self.settings.allowed_import_prefixes,
+                                     properties=props, loader=Loader.for_portal(self.settings),
                                      limits=self.settings.limits, version=descriptor.version)
         deployment = result.deployment
         tenancy.check_components(principal.admin, sum(1 for _ in deployment.walk()),
@@ -341,7 +341,7 @@ class Service:
     def _descriptor_source(self, d: DescriptorInput) -> tuple[Any, str]:
         lang = registry.get(d.language, d.version)
         if d.reference is not None:
-            data = Loader(self.settings.import_path, self.settings.allowed_import_prefixes)(d.reference)
+            data = Loader.for_portal(self.settings)(d.reference)
             text = data.decode("utf-8", errors="replace")
             return (data if lang.body == "xml" else text), text
         if d.body is not None:
@@ -549,10 +549,10 @@ class Service:
                     runtime = values.runtime(path, name)
                     if runtime is not None:
                         out[name] = runtime
-            return out
+            return {k: secrets.redact(tree, path + "/" + k, v) for k, v in out.items()}
         comp_path = path.rpartition("/")[0]
         values = HostValues(app, tree, rows, host_of(comp_path), comp_path, workdir)
-        return values.reference(path)
+        return secrets.redact(tree, path, values.reference(path))
 
     # -- hosts --------------------------------------------------------------------------------
     def mark_host(self, name: str, down: bool, reason: str | None = None, *,

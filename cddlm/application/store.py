@@ -5,6 +5,11 @@ On SQLite (one portal per file) writes take ``BEGIN IMMEDIATE`` under a process-
 writers queue in order instead of spinning in SQLite's busy handler; WAL lets readers go on
 meanwhile. On PostgreSQL several portals share the store; claims use ``FOR UPDATE SKIP
 LOCKED`` (see ``enactment/queue.py``).
+
+An SQLite file is not trusted blindly (``open_sqlite_file``): before anything writes to it,
+it is checked read-only (``PRAGMA quick_check``) and a damaged one is refused with its path and
+what to do; a new one is made readable by its owner only (SQLite gives its ``-wal`` and
+``-shm`` files the database file's mode), and an old one is made so.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+import urllib.parse
 from pathlib import Path
 from typing import Iterator
 
@@ -33,6 +39,54 @@ def normalise_url(url: str) -> str:
     if not (url.startswith("sqlite:") or url.startswith("postgresql+")):
         raise BadArgument("unsupported database URL %r (sqlite:///FILE or postgresql://...)" % url)
     return url
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file of an SQLite URL (None for PostgreSQL and in-memory databases)."""
+    url = normalise_url(url)
+    if not url.startswith("sqlite"):
+        return None
+    path = url.split("///", 1)[-1]
+    return os.path.abspath(path) if path and path != ":memory:" else None
+
+
+def open_sqlite_file(path: str) -> bool:
+    """Make ``path`` safe to open as the store: check an existing file without writing to it
+    (``StoreUnavailable`` when SQLite finds it damaged), or create an empty one; either way,
+    mode 0600. Returns whether it was created."""
+    import sqlite3
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        os.close(fd)
+        return True
+    # an existing WAL must be read with it; without one, immutable: no file is touched at all
+    flags = "mode=ro" if os.path.exists(path + "-wal") else "immutable=1"
+    problem = None
+    try:
+        conn = sqlite3.connect("file:%s?%s" % (urllib.parse.quote(path), flags), uri=True)
+        try:
+            rows = conn.execute("PRAGMA quick_check").fetchall()
+        finally:
+            conn.close()
+        if rows != [("ok",)]:
+            problem = "; ".join(str(r[0]) for r in rows[:3])
+    except sqlite3.DatabaseError as e:
+        problem = str(e)
+    if problem is not None:
+        raise StoreUnavailable(
+            "the store %s is damaged (SQLite: %s); the portal will not use it. Restore it from a "
+            "backup, or try: sqlite3 %s .recover | sqlite3 recovered.db, or move it away to start "
+            "with an empty store" % (path, problem, path))
+    for name in (path, path + "-wal", path + "-shm"):
+        try:
+            if not os.path.islink(name):
+                os.chmod(name, 0o600)
+        except OSError:     # gone meanwhile, or not ours: SQLite will say if it matters
+            pass
+    return False
 
 
 class Store:

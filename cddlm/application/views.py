@@ -18,6 +18,7 @@ from typing import Any
 from sqlalchemy import func, or_, select
 
 from cddlm.application import audit, lifecycle
+from cddlm.application.secrets import redact_descriptor, visible_properties
 from cddlm.application import repository as repo
 from cddlm.application.enactment import local, procfs, states
 from cddlm.application.tables import applications, components, engines, events, hosts as hosts_table
@@ -125,9 +126,11 @@ class Views:
                "stateInfo": app.state_info, "created": app.created, "started": app.started,
                "terminated": app.terminated, "terminationTime": app.termination_time,
                "terminationInfo": app.termination_info, "language": app.language,
-               "descriptorDigest": app.descriptor_digest, "properties": app.properties,
+               "descriptorDigest": app.descriptor_digest,
                "options": app.options, "hostname": app.hostname,
                "placement": app.placement or {"components": {}, "audit": None}}
+        # secrets (values a descriptor marks secret) are named, never shown
+        out["properties"], out["hiddenProperties"] = visible_properties(app.properties, app.deployment)
         out["history"] = _history(hist)
         out["components"] = self._components(app, comps)
         return out
@@ -158,7 +161,8 @@ class Views:
             app = self._app(conn, principal, app_id)
             text = conn.execute(select(applications.c.descriptor)
                                 .where(applications.c.id == app.id)).scalar()
-        return {"language": app.language, "digest": app.descriptor_digest, "text": text}
+        return {"language": app.language, "digest": app.descriptor_digest,
+                "text": redact_descriptor(app.language, text)}
 
     def logs(self, principal: Principal, app_id: str, path: str, lines: int | None = None) -> dict:
         """The last lines of a component's stdout and stderr (on a host this portal runs)."""

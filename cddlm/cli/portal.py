@@ -59,6 +59,7 @@ def banner(portal, log_path: str) -> list[str]:
 
 
 def cmd_portal_serve(args: argparse.Namespace) -> int:
+    import dataclasses
     import signal
     from cddlm.app import Portal
     from cddlm.config import Quotas, Security, Settings
@@ -78,6 +79,15 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
                         quotas=Quotas(**quotas(args.quota)))
     if args.consumer_network:
         settings = settings.replace(consumer_networks=tuple(args.consumer_network))
+    if args.probe_network:
+        settings = settings.replace(probe_networks=tuple(args.probe_network))
+    if args.max_log_bytes is not None:
+        settings = settings.replace(limits=dataclasses.replace(settings.limits,
+                                                               max_log_bytes=args.max_log_bytes))
+    settings = settings.replace(allowed_descriptor_dirs=tuple(args.allow_descriptor_dir or ()),
+                                allowed_descriptor_urls=tuple(args.allow_descriptor_url or ()),
+                                descriptor_networks=tuple(args.descriptor_network or ()),
+                                allowed_hosts=tuple(args.allowed_host or ()))
     try:
         portal = Portal(settings)
     except ConfigurationError as e:
@@ -109,6 +119,9 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
         portal.serve_forever(ready)
     finally:
         portal.stop()
+    if portal.failure:
+        log.error("stopped: %s", portal.failure)
+        raise CliError(portal.failure)
     log.info("stopped; the components it started keep running")
     return 0
 
@@ -169,6 +182,24 @@ def register(sub) -> None:
     sv.add_argument("--consumer-network", action="append", metavar="CIDR",
                     help="a network notification consumers may be in (repeatable; default: "
                          "loopback and the private ranges)")
+    sv.add_argument("--allow-descriptor-dir", action="append", metavar="DIR",
+                    help="file: descriptor references and imports may be read below DIR "
+                         "(repeatable; default: none, and the import path)")
+    sv.add_argument("--allow-descriptor-url", action="append", metavar="PREFIX",
+                    help="http(s) descriptor references and imports may be fetched under PREFIX "
+                         "(repeatable; default: none)")
+    sv.add_argument("--descriptor-network", action="append", metavar="CIDR",
+                    help="besides public addresses, a network those fetches may reach (repeatable; "
+                         "an allowed prefix naming an address allows that address)")
+    sv.add_argument("--probe-network", action="append", metavar="CIDR",
+                    help="a network probes and readiness checks may connect to (repeatable; "
+                         "default: loopback and the private ranges)")
+    sv.add_argument("--allowed-host", action="append", metavar="NAME",
+                    help="a Host name the portal answers to besides IP addresses, localhost and "
+                         "its own names (repeatable; * for any)")
+    sv.add_argument("--max-log-bytes", type=int, metavar="N",
+                    help="a component's stdout.log or stderr.log is rotated (to .1) past N bytes "
+                         "(default 8 MiB)")
     sv.add_argument("--hosts-dir", metavar="DIR",
                     help="directory of the local hosts (default STATE/hosts; portals that share a "
                          "database must share it)")

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from lxml import etree
 
 from cddlm import ns
+from cddlm.budget import ExpressionError, check_xpath
 from cddlm.errors import DescriptorError, ResolutionError
 from cddlm.lang import cdl_components
 from cddlm.lang.registry import Resolution, ResolveRequest, parse_xml
@@ -155,6 +156,7 @@ class _Resolver:
         self.exprs: list[_Expr] = []
         self.lazy_targets: list[tuple[str | None, tuple[str, ...]]] = []
         self.used: set[str] = set()
+        self.secret_properties: set[str] = set()   # properties read inside values marked secret
         self.nodes = 0
         self.loading: list[tuple[str | None, str | None]] = []
         self.loaded: set[tuple[str | None, str | None]] = set()
@@ -219,7 +221,7 @@ class _Resolver:
              rehome: str | None) -> _Doc:
         doc = _Doc(len(self.docs), label, url, rehome)
         self.docs.append(doc)
-        root = parse_xml(data, self.limits, label)
+        root = parse_xml(data, self.limits, label, quote=url is None)
         # an internal attribute on the root declares the internal namespace there, once, so
         # stamps below add no declarations of their own
         root.set(_ROOT, "")
@@ -246,13 +248,16 @@ class _Resolver:
 
     def check_root(self, root: etree._Element, doc: _Doc) -> list[etree._Element]:
         qn = etree.QName(root)
+        quoted = doc.url is None   # a document read from a location may be any file: not quoted
         if qn.namespace != CDL:
             raise self.descriptor_error(
-                "not a CDL 1.0 document: the root element is {%s}%s; CDL 1.0 documents are in "
-                "the namespace %s" % (qn.namespace or "", qn.localname, CDL), "wrong-namespace", root)
+                "not a CDL 1.0 document: the root element is %s; CDL 1.0 documents are in "
+                "the namespace %s" % ("{%s}%s" % (qn.namespace or "", qn.localname) if quoted
+                                      else "in another namespace", CDL), "wrong-namespace", root)
         if qn.localname != "cdl":
-            raise self.descriptor_error("the root element must be cdl:cdl, not cdl:%s"
-                                        % qn.localname, "wrong-root", root)
+            raise self.descriptor_error("the root element must be cdl:cdl%s"
+                                        % (", not cdl:%s" % qn.localname if quoted else ""),
+                                        "wrong-root", root)
         for name in root.attrib:
             if not name.startswith("{") and name != "targetNamespace":  # the internal one has {
                 raise self.descriptor_error("unexpected attribute %s on cdl:cdl" % name,
@@ -457,6 +462,10 @@ class _Resolver:
         if "http://exslt.org/regular-expressions" in namespaces.values():
             raise self.descriptor_error("regular expressions are not allowed in expressions",
                                         "expression", el)
+        try:   # XPath 1.0 only: EXSLT's functions (str:padding ...) are not offered
+            namespaces = check_xpath(value_of, namespaces, self.limits.max_expression_chars)
+        except ExpressionError as e:
+            raise self.descriptor_error(str(e), "too-large", el) from None
         variables: dict[str, _Ref] = {}
         for var in el:   # comments and documentation are gone already
             if var.tag != VARIABLE:
@@ -498,6 +507,10 @@ class _Resolver:
         if kind not in ("string", "integer"):
             raise self.descriptor_error("cmp:property type must be string or integer, not %r"
                                         % kind, "bad-property", el)
+        if any((a.get(cdl_components.SECRET) or "").strip().lower() in ("true", "1")
+               for a in holder.iterancestors()) or \
+                (holder.get(cdl_components.SECRET) or "").strip().lower() in ("true", "1"):
+            self.secret_properties.add(name)     # read inside a value marked secret
         if self.boolean(el.get("lazy", "false"), el, "lazy"):
             return
         self.used.add(name)
@@ -671,6 +684,8 @@ class _Resolver:
             size = self.settled[target] = int(_SIZE(target))
         self.charge(size - 1)
         del el.attrib[_PENDING]
+        if target.get(cdl_components.SECRET) is not None:   # a copy of a secret is one
+            el.set(cdl_components.SECRET, target.get(cdl_components.SECRET))
         el.text = target.text
         for c in target:
             el.append(_copy(c))
@@ -702,6 +717,15 @@ class _Resolver:
                                             doc=expr.doc, line=expr.line, path=self.path_of(holder))
             _strip_blanks(target)
             values[name] = "".join(target.itertext())
+        # XPath 1.0 over a one-element document makes no string longer than its inputs put
+        # together, each as often as the expression names it: bound that before evaluating
+        bound = len(expr.value_of) + sum(len(v) * expr.value_of.count("$" + k)
+                                         for k, v in values.items())
+        if bound > self.limits.max_value_chars:
+            raise self.resolution_error("expression %r could make a value longer than %d "
+                                        "characters" % (expr.value_of[:60], self.limits.max_value_chars),
+                                        "too-large", doc=expr.doc, line=expr.line,
+                                        path=self.path_of(holder))
         try:
             result = expr.xpath(etree.Element("context"), **values)
         except etree.XPathError as e:

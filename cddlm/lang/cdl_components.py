@@ -31,6 +31,7 @@ PROPERTY = "{%s}property" % ns.CMP
 GROUP = "{%s}group" % ns.CMP
 POLICY = "{%s}policy" % ns.CMP
 SPACE = "{%s}space" % ns.XML
+SECRET = "{%s}secret" % ns.CMP      # cmp:secret="true": the element's value is a secret
 
 
 def to_deployment(system: etree._Element, resolver: "_Resolver") -> Deployment:
@@ -47,6 +48,7 @@ class _Mapper:
         self.resolver = resolver
         self.paths: set[str] = set()
         self.active: set[etree._Element] = set()   # lazy references being followed
+        self.secrets: set[str] = set()
 
     def error(self, message: str, kind: str, el: etree._Element, path: str | None = None):
         return DescriptorError(message, kind=kind, path=path, **self.resolver.where(el))
@@ -65,6 +67,8 @@ class _Mapper:
                 dep.policies.append(self.policy(el))
             else:
                 self.no_component_inside(el)
+        dep.secrets = self.secrets
+        dep.secret_properties = set(self.resolver.secret_properties)
         return dep
 
     def collect(self, el: etree._Element, parent: str) -> None:
@@ -106,6 +110,8 @@ class _Mapper:
     def value(self, el: etree._Element, path: str) -> Value:
         if el.get(TYPE) is not None:
             raise self.error("a component cannot be part of a value", "invalid-structure", el, path)
+        if (el.get(SECRET) or "").strip().lower() in ("true", "1"):
+            self.secrets.add(path.split("[", 1)[0])     # a list is secret as a whole
         if self.resolver.is_lazy(el):
             return self.lazy_reference(el, path)
         kids = list(el)

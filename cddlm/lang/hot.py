@@ -93,24 +93,31 @@ class Template:
         else:
             if not isinstance(source, (str, bytes)):
                 raise DescriptorError("a HOT template is text (YAML or JSON)", kind="not-well-formed")
-            if len(source) > request.limits.max_body_bytes:
+            if len(source) > request.limits.max_template_bytes:
                 raise DescriptorError("the template is larger than %d bytes"
-                                      % request.limits.max_body_bytes, kind="too-large")
-            data = hot_yaml.load(source, max_nodes=request.limits.max_resolved_nodes)
+                                      % request.limits.max_template_bytes, kind="too-large")
+            data = hot_yaml.load(source, max_nodes=request.limits.max_resolved_nodes,
+                                 quote=request.base_url is None)
         if not isinstance(data, dict):
             raise DescriptorError("a HOT template is a mapping", kind="invalid-template")
+        if "heat_template_version" not in data:
+            # not a template: say so without quoting what it holds (it may be any file)
+            raise error("not a HOT template: heat_template_version is missing", "", line_of(data),
+                        "invalid-template")
         unknown = sorted(set(map(str, data)) - TOP_KEYS)
         if unknown:
             raise error("unknown top-level section %s" % ", ".join(unknown), "", line_of(data),
                         "invalid-template")
-        if "heat_template_version" not in data:
-            raise error("heat_template_version is missing", "", line_of(data), "invalid-template")
         self.data = data
         self.limits = request.limits
-        params, self.used = hot_values.parameters(data.get("parameters"), request.properties)
+        hidden = hot_values.hidden(data.get("parameters"))
+        params, self.used = hot_values.parameters(data.get("parameters"), request.properties,
+                                                  request.limits)
         self.resources = self.read_resources(data.get("resources"))
         self.build_tree()
-        self.evaluate = hot_values.Evaluator(params, {r.name: r.path for r in self.resources.values()})
+        self.evaluate = hot_values.Evaluator(params, {r.name: r.path for r in self.resources.values()},
+                                             hidden=hidden,
+                                             max_value_chars=request.limits.max_value_chars)
         self.deployment = Deployment([r.component for r in self.resources.values()
                                       if r.component is not None and "/" not in r.path])
         for r in self.resources.values():
@@ -123,8 +130,29 @@ class Template:
         grouping.read(data.get("groups"))
         self.deployment.groups = grouping.groups
         self.deployment.policies = grouping.policies
+        self.deployment.secrets = self.secret_values(self.evaluate.secret_paths)
+        self.deployment.secret_properties = hidden
         self.applications = grouping.applications
         self.grouping = grouping
+
+    def secret_values(self, template_paths: set[str]) -> set[str]:
+        """The component value paths (``web/env/PGPASSWORD``, ``web/argv``) where hidden
+        parameters were used, from the template paths of those uses. A use outside a
+        resource's properties (outputs, groups) is no component value."""
+        out = set()
+        for where in template_paths:
+            parts = where.split("/")
+            if len(parts) < 4 or parts[0] != "resources" or parts[2] != "properties":
+                continue
+            r = self.resources.get(parts[1])
+            if r is None or r.path is None:
+                continue
+            attr = parts[3].split("[", 1)[0]
+            if r.type in SERVERS:           # user_data becomes argv
+                attr = "argv"
+            key = parts[4].split("[", 1)[0] if len(parts) > 4 and "[" not in parts[3] else None
+            out.add("/".join([r.path, attr] + ([key] if key else [])))
+        return out
 
     # -- resources -----------------------------------------------------------------------------
     def read_resources(self, section: Any) -> dict[str, Resource]:

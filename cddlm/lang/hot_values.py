@@ -1,8 +1,10 @@
 """HOT parameters (deploy-time properties) and intrinsic functions.
 
 Parameters: ``type`` string, number, json, comma_delimited_list or boolean; ``default``;
-``constraints`` (allowed_values, range, length; allowed_pattern and custom_constraint are
-accepted and not checked: a user's regular expression can take exponential time). A parameter
+``constraints`` (allowed_values, range, length, and allowed_pattern, which must match the whole
+value, checked by RE2 in linear time (``cddlm.budget``); custom_constraint is accepted and not
+checked); ``hidden: true`` makes the value a secret: every value it flows into is marked
+(``Evaluator.secret_paths``) and never returned by the portal. A parameter
 takes its value from the deploy-time property of the same name, else its default; a parameter
 with neither is a ``ResolutionError`` naming it. ``lazy: true`` (our extension) makes it a
 value resolved on the host at deployment: ``Lazy("property", name, default)``, an integer
@@ -18,6 +20,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping
 
+from cddlm.budget import PatternError, user_regex
+from cddlm.config import Limits
 from cddlm.errors import ResolutionError
 from cddlm.lang.hot_yaml import error, line_of
 from cddlm.lang.model import Lazy, Value, has_lazy
@@ -32,8 +36,18 @@ UNSUPPORTED = {"get_file", "repeat", "digest", "resource_facade", "str_split", "
                "contains", "list_concat", "list_concat_unique", "Ref"}
 
 
-def parameters(section: Any, properties: Mapping[str, str]) -> tuple[dict[str, Value], list[str]]:
+def hidden(section: Any) -> set[str]:
+    """The names of the parameters marked ``hidden: true`` (their values are secrets)."""
+    if not isinstance(section, dict):
+        return set()
+    return {str(name) for name, spec in section.items()
+            if isinstance(spec, dict) and spec.get("hidden") is True}
+
+
+def parameters(section: Any, properties: Mapping[str, str],
+               limits: Limits | None = None) -> tuple[dict[str, Value], list[str]]:
     """The value of every parameter, and the names of the properties read eagerly."""
+    limits = limits or Limits()
     if section is None:
         return {}, []
     if not isinstance(section, dict):
@@ -71,7 +85,8 @@ def parameters(section: Any, properties: Mapping[str, str]) -> tuple[dict[str, V
                                   "default" % name, kind="missing-property", path=name,
                                   line=line_of(spec))
         value = _convert(kind, raw, name, line_of(spec))
-        _constrain(value, spec.get("constraints") or [], name, where, line_of(spec))
+        _constrain(value, spec.get("constraints") or [], name, where, line_of(spec), limits,
+                   spec.get("hidden") is True)
         values[name] = value
     return values, used
 
@@ -112,7 +127,8 @@ def _convert(kind: str, raw: Any, name: str, line: int | None) -> Value:
         raise bad("JSON") from None
 
 
-def _constrain(value: Value, constraints: Any, name: str, where: str, line: int | None) -> None:
+def _constrain(value: Value, constraints: Any, name: str, where: str, line: int | None,
+               limits: Limits, secret: bool = False) -> None:
     if not isinstance(constraints, list):
         raise error("constraints must be a list", where, line, "invalid-template")
     for c in constraints:
@@ -133,23 +149,34 @@ def _constrain(value: Value, constraints: Any, name: str, where: str, line: int 
         elif kind in ("range", "length"):
             bounds = c[kind] if isinstance(c[kind], dict) else {}
             measure = value if kind == "range" else len(value) if isinstance(value, (str, list)) else 0
-            limits = [bounds.get("min", measure), bounds.get("max", measure)]
-            if any(not isinstance(x, (int, float)) or isinstance(x, bool) for x in [measure] + limits):
+            bounds_ = [bounds.get("min", measure), bounds.get("max", measure)]
+            if any(not isinstance(x, (int, float)) or isinstance(x, bool) for x in [measure] + bounds_):
                 raise error("%s needs numbers (and a number parameter for range)" % kind, where,
                             line_of(c), "invalid-template")
-            ok = limits[0] <= measure <= limits[1]
+            ok = bounds_[0] <= measure <= bounds_[1]
+        elif kind == "allowed_pattern":
+            try:
+                pattern = user_regex(c[kind], limits.max_pattern_chars)
+            except PatternError as e:
+                raise error("allowed_pattern %r: %s" % (str(c[kind])[:60], e), where, line_of(c),
+                            "invalid-pattern") from None
+            ok = pattern.fullmatch(_scalar(value)) is not None
         if not ok:
-            raise ResolutionError("property %s = %r violates %s: %s" % (
-                name, value, kind, described or c[kind]), kind="bad-property", path=name,
-                line=line_of(c))
+            raise ResolutionError("property %s = %s violates %s: %s" % (
+                name, "(hidden)" if secret else repr(value), kind, described or c[kind]),
+                kind="bad-property", path=name, line=line_of(c))
 
 
 class Evaluator:
     """Evaluates intrinsic functions against parameter values and resource paths."""
 
-    def __init__(self, params: dict[str, Value], paths: dict[str, str | None]):
+    def __init__(self, params: dict[str, Value], paths: dict[str, str | None], *,
+                 hidden: set[str] = frozenset(), max_value_chars: int = Limits.max_value_chars):
         self.params = params
         self.paths = paths   # resource name -> component path (None: no component)
+        self.hidden = hidden                    # parameters whose values are secrets
+        self.secret_paths: set[str] = set()     # template paths a hidden parameter flowed into
+        self.max_value_chars = max_value_chars
         self.functions: dict[str, Callable[[Any, str, int | None], Value]] = {
             "get_param": self.get_param, "get_resource": self.get_resource,
             "get_attr": self.get_attr, "str_replace": self.str_replace, "list_join": self.list_join,
@@ -177,6 +204,8 @@ class Evaluator:
                         "bad-function")
         if steps[0] not in self.params:
             raise error("get_param: unknown parameter %r" % steps[0], path, line, "bad-function")
+        if steps[0] in self.hidden:
+            self.secret_paths.add(path)
         value = self.params[steps[0]]
         for step in steps[1:]:
             if isinstance(value, Lazy):
@@ -223,7 +252,12 @@ class Evaluator:
             if isinstance(value, (dict, list)):
                 raise error("str_replace: parameter %s is not a scalar" % key, path, line,
                             "bad-function")
-            text = text.replace(str(key), _scalar(value))
+            key, value = str(key), _scalar(value)
+            # the length of the result, before it is built: nested replacements multiply
+            if len(text) + text.count(key) * (len(value) - len(key)) > self.max_value_chars:
+                raise error("str_replace: the result would be longer than %d characters"
+                            % self.max_value_chars, path, line, "too-large")
+            text = text.replace(key, value)
         return text
 
     def list_join(self, args: Any, path: str, line: int | None) -> Value:
@@ -234,7 +268,11 @@ class Evaluator:
         items = [x for part in args[1:] for x in part]
         if has_lazy(items) or any(isinstance(x, (dict, list)) for x in items):
             raise error("list_join joins strings known at resolution", path, line, "bad-function")
-        return args[0].join(_scalar(x) for x in items)
+        parts = [_scalar(x) for x in items]
+        if sum(map(len, parts)) + len(args[0]) * max(0, len(parts) - 1) > self.max_value_chars:
+            raise error("list_join: the result would be longer than %d characters"
+                        % self.max_value_chars, path, line, "too-large")
+        return args[0].join(parts)
 
 
 def _scalar(value: Any) -> str:

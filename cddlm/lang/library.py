@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
+from urllib.parse import urlsplit
 
+from cddlm.budget import Meter, PatternError, user_regex
+from cddlm.config import Limits
 from cddlm.errors import DescriptorError
 from cddlm.lang.model import NAME, Component, Deployment, Lazy, walk_from
 
@@ -57,29 +60,80 @@ class ComponentType:
     container: bool = False   # may have children
     placed: bool = True       # runs on a host (containers are not placed themselves)
     doc: str = ""
-    check: Callable[[str, dict], None] | None = None
+    check: Callable[[str, dict, Limits], None] | None = None
 
 
-def _check_process(path: str, attrs: dict) -> None:
+def check_http_target(value: Any, path: str) -> None:
+    """A probe's or readiness check's ``http`` target is an http or https URL with a host (not
+    ``file:``, ``data:`` ...); a lazy value is checked on the host, when it is known."""
+    if isinstance(value, Lazy):
+        return
+    try:
+        parts = urlsplit(str(value))
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise DescriptorError("%r is not an http or https URL (no other scheme is checked)"
+                              % _short(value), kind="invalid-attribute", path=path)
+
+
+def check_tcp_target(value: Any, path: str, port_alone: bool) -> None:
+    """``HOST:PORT`` (or, for readiness, a bare ``PORT`` on this host) with a valid port."""
+    if isinstance(value, Lazy):
+        return
+    text = str(value).strip()
+    host, sep, port = text.rpartition(":")
+    if not sep and not port_alone:
+        raise DescriptorError("%r is not HOST:PORT" % _short(value), kind="invalid-attribute",
+                              path=path)
+    if sep and not host.strip("[]"):
+        raise DescriptorError("%r names no host" % _short(value), kind="invalid-attribute", path=path)
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise DescriptorError("%r has no valid port (1-65535)" % _short(value),
+                              kind="invalid-attribute", path=path)
+
+
+def _check_process(path: str, attrs: dict, limits: Limits) -> None:
     argv = attrs.get("argv")
     if isinstance(argv, list) and not argv:
         raise DescriptorError("argv must not be empty", kind="invalid-attribute", path=path + "/argv")
     ready = attrs.get("readiness")
     if isinstance(ready, dict):
+        where = path + "/readiness"
         kinds = [k for k in ("tcp", "http", "file", "log") if k in ready]
         if len(kinds) != 1:
             raise DescriptorError("readiness needs exactly one of tcp, http, file, log",
-                                  kind="invalid-attribute", path=path + "/readiness")
+                                  kind="invalid-attribute", path=where)
         unknown = set(ready) - {"tcp", "http", "file", "log", "timeout", "interval"}
         if unknown:
             raise DescriptorError("unknown readiness setting %s" % ", ".join(sorted(unknown)),
-                                  kind="invalid-attribute", path=path + "/readiness")
+                                  kind="invalid-attribute", path=where)
+        if "http" in ready:
+            check_http_target(ready["http"], where + "/http")
+        if "tcp" in ready:
+            check_tcp_target(ready["tcp"], where + "/tcp", port_alone=True)
+        if "file" in ready and not isinstance(ready["file"], Lazy):
+            name = str(ready["file"])
+            if name.startswith("/") or ".." in name.split("/"):
+                raise DescriptorError("readiness file %r must be a path inside the component's "
+                                      "directory" % _short(name), kind="invalid-attribute",
+                                      path=where + "/file")
+        if "log" in ready and not isinstance(ready["log"], Lazy):
+            try:
+                user_regex(str(ready["log"]), limits.max_pattern_chars)
+            except PatternError as e:
+                raise DescriptorError("readiness log pattern %r: %s" % (_short(ready["log"]), e),
+                                      kind="invalid-pattern", path=where + "/log") from None
 
 
-def _check_probe(path: str, attrs: dict) -> None:
+def _check_probe(path: str, attrs: dict, limits: Limits) -> None:
     if ("tcp" in attrs) == ("http" in attrs):
         raise DescriptorError("a probe needs exactly one of tcp or http", kind="invalid-attribute",
                               path=path)
+    if "http" in attrs:
+        check_http_target(attrs["http"], path + "/http")
+    else:
+        check_tcp_target(attrs["tcp"], path + "/tcp", port_alone=False)
 
 
 TYPES: dict[str, ComponentType] = {t.name: t for t in [
@@ -180,11 +234,18 @@ def _short(value: Any) -> Any:
     return text if len(text) < 60 else text[:57] + "..."
 
 
-def check(deployment: Deployment, *, max_components: int = 20_000, max_depth: int = 64,
+def check(deployment: Deployment, *, limits: Limits | None = None,
           require_components: bool = True) -> Deployment:
-    """Validate types, names and attributes, fill defaults, coerce values. Returns the tree.
-    ``require_components=False`` accepts a tree without components (resolving a document only:
-    a CDL system made of other prototypes is valid CDL, it just deploys nothing)."""
+    """Validate types, names and attributes, fill defaults, coerce values, and bound the size
+    of every value (``limits.max_value_chars``) and of all of them (``max_resolved_chars``).
+    Returns the tree. ``require_components=False`` accepts a tree without components
+    (resolving a document only: a CDL system made of other prototypes is valid CDL, it just
+    deploys nothing)."""
+    limits = limits or Limits()
+    max_components, max_depth = limits.max_components, limits.max_descriptor_depth
+    total = Meter(limits.max_resolved_chars, lambda: DescriptorError(
+        "the resolved descriptor has more than %d characters of values" % limits.max_resolved_chars,
+        kind="too-large"))
     count = 0
 
     def visit(comp: Component, path: str, depth: int) -> None:
@@ -224,8 +285,10 @@ def check(deployment: Deployment, *, max_components: int = 20_000, max_depth: in
                                       kind="missing-attribute", **where)
             elif attr.default is not None:
                 attrs[name] = attr.default
+        for name, value in attrs.items():
+            _measure(value, path + "/" + name, limits.max_value_chars, total)
         if ctype.check:
-            ctype.check(path, attrs)
+            ctype.check(path, attrs, limits)
         comp.attributes = attrs
         seen = set()
         for child in comp.children:
@@ -244,7 +307,50 @@ def check(deployment: Deployment, *, max_components: int = 20_000, max_depth: in
     if count == 0 and require_components:
         raise DescriptorError("the descriptor declares no components", kind="empty")
     _check_groups(deployment)
+    _spread_secrets(deployment)
     return deployment
+
+
+def _spread_secrets(deployment: Deployment) -> None:
+    """A value that is a lazy reference to a secret (``web/env/PGPASSWORD``, or to a whole
+    secret attribute) is a secret too, whatever the language."""
+    if not deployment.secrets:
+        return
+
+    def visit(value: Any, path: str) -> None:
+        if isinstance(value, Lazy):
+            if value.kind == "ref" and deployment.is_secret(value.target):
+                deployment.secrets.add(path)
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                visit(v, path + "/" + str(k))
+        elif isinstance(value, list):
+            if any(isinstance(v, Lazy) and v.kind == "ref" and deployment.is_secret(v.target)
+                   for v in value):
+                deployment.secrets.add(path)
+
+    for path, comp in deployment.walk():
+        for name, value in comp.attributes.items():
+            visit(value, path + "/" + name)
+
+
+def _measure(value: Any, path: str, limit: int, total: Meter) -> None:
+    """Bound one value (every string in it) and count it towards the descriptor's total."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, dict):
+            stack.extend(v.values())
+            total.add(sum(len(str(k)) for k in v))
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str):
+            if len(v) > limit:
+                raise DescriptorError("a value of %d characters is longer than the limit of %d"
+                                      % (len(v), limit), kind="too-large", path=path)
+            total.add(len(v))
+        else:
+            total.add(8)
 
 
 def _check_groups(deployment: Deployment) -> None:

@@ -7,6 +7,11 @@ or ``Lazy`` markers that are resolved on the host that runs the component, at de
 
 Paths: a component is addressed by the names from a root, joined by ``/`` (``site/web``);
 an attribute or runtime value by the component path plus its name (``site/web/port``).
+
+Secrets: ``Deployment.secrets`` holds the paths of values a descriptor marks secret (an
+attribute, ``web/argv``, or one entry of a map, ``web/env/PGPASSWORD``), and
+``secret_properties`` the deploy-time properties whose values are secret. Their values are
+stored and given to the components, never returned (``is_secret``).
 """
 
 from __future__ import annotations
@@ -98,6 +103,16 @@ class Deployment:
     components: list[Component] = field(default_factory=list)
     groups: list[Group] = field(default_factory=list)
     policies: list[Policy] = field(default_factory=list)
+    secrets: set[str] = field(default_factory=set)            # value paths marked secret
+    secret_properties: set[str] = field(default_factory=set)  # deploy-time properties that are
+
+    def is_secret(self, path: str) -> bool:
+        """Whether the value at ``path`` is a secret or holds one (``web/env`` holds
+        ``web/env/PGPASSWORD``; ``web/env/PGPASSWORD`` is one; a component path holds all its
+        attributes' secrets)."""
+        path = path.strip("/")
+        return any(s == path or s.startswith(path + "/") or path.startswith(s + "/")
+                   for s in self.secrets) if path else bool(self.secrets)
 
     def walk(self) -> Iterator[tuple[str, Component]]:
         """Every component with its path, parents before children, in document order."""
@@ -120,11 +135,16 @@ class Deployment:
 
     # -- JSON form, used by the store and by ``cddlm lang resolve --format native`` ------------
     def to_json(self) -> dict:
-        return {
+        out = {
             "components": [_component_to_json(c) for c in self.components],
             "groups": [{"name": g.name, "members": list(g.members)} for g in self.groups],
             "policies": [p.to_json() for p in self.policies],
         }
+        if self.secrets:
+            out["secrets"] = sorted(self.secrets)
+        if self.secret_properties:
+            out["secretProperties"] = sorted(self.secret_properties)
+        return out
 
     @classmethod
     def from_json(cls, data: dict) -> "Deployment":
@@ -135,7 +155,8 @@ class Deployment:
             policies.append(Policy(type=p.pop("type"), hard=p.pop("hard", True),
                                    weight=p.pop("weight", 1.0), name=p.pop("name", None),
                                    params=p))
-        return cls([_component_from_json(c) for c in data.get("components", [])], groups, policies)
+        return cls([_component_from_json(c) for c in data.get("components", [])], groups, policies,
+                   set(data.get("secrets", ())), set(data.get("secretProperties", ())))
 
 
 def value_to_json(v: Value) -> Any:

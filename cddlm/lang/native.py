@@ -41,10 +41,11 @@ class _Native:
     def resolve(self, request: ResolveRequest) -> Resolution:
         root = request.source
         if not isinstance(root, etree._Element):
-            root = parse_xml(root, request.limits)
+            root = parse_xml(root, request.limits, quote=request.base_url is None)
         if root.tag != ns.qname(N, "application"):
-            raise DescriptorError("the root element must be {%s}application, not %s"
-                                  % (N, root.tag), kind="wrong-root", line=root.sourceline)
+            found = "" if request.base_url else ", not %s" % root.tag   # a file's: not quoted
+            raise DescriptorError("the root element must be {%s}application%s" % (N, found),
+                                  kind="wrong-root", line=root.sourceline)
         reader = _Reader(request)
         dep = Deployment()
         for el in root:
@@ -60,6 +61,7 @@ class _Native:
             elif local != "documentation":
                 raise _unexpected(el)
         reader.resolve_refs(dep)
+        dep.secrets, dep.secret_properties = reader.secrets, reader.secret_properties
         return Resolution(dep, lambda: etree.tostring(root, pretty_print=True).decode(),
                           tuple(sorted(reader.used)))
 
@@ -85,11 +87,18 @@ def _required(el: etree._Element, attr: str) -> str:
     return value.strip()
 
 
+def _secret(el: etree._Element) -> bool:
+    """``secret="true"`` on an ``attribute`` or ``item``: its value is a secret."""
+    return (el.get("secret") or "").strip().lower() in ("true", "1")
+
+
 class _Reader:
     def __init__(self, request: ResolveRequest):
         self.properties = request.properties
         self.used: set[str] = set()
         self.eager_refs: list[tuple[Component, str, str, int]] = []  # comp, attr, path, line
+        self.secrets: set[str] = set()              # value paths marked secret
+        self.secret_properties: set[str] = set()    # properties read inside them
 
     def component(self, el: etree._Element, path: str = "") -> Component:
         name = _required(el, "name")
@@ -105,14 +114,20 @@ class _Reader:
                 if attr in comp.attributes:
                     raise DescriptorError("duplicate attribute %s" % attr, kind="duplicate-name",
                                           path=here, line=child.sourceline)
-                comp.attributes[attr] = self.value(child, comp, attr)
+                where = here + "/" + attr
+                if _secret(child):
+                    self.secrets.add(where)
+                comp.attributes[attr] = self.value(child, comp, attr, where, _secret(child))
             elif local == "component":
                 comp.children.append(self.component(child, here))
             elif local != "documentation":
                 raise _unexpected(child)
         return comp
 
-    def value(self, el: etree._Element, comp: Component, attr: str) -> Value:
+    def value(self, el: etree._Element, comp: Component, attr: str, where: str = "",
+              secret: bool = False) -> Value:
+        """The value of an ``attribute`` or ``item`` at ``where`` (``web/env``, ``web/env/KEY``);
+        ``secret``: inside a value marked secret."""
         kids = [c for c in el if isinstance(c.tag, str)]
         if not kids:
             return el.text or ""
@@ -120,6 +135,8 @@ class _Reader:
             raise DescriptorError("a value holds text or elements, not both", kind="mixed-value",
                                   line=el.sourceline)
         if len(kids) == 1 and _local(kids[0]) in ("property", "ref"):
+            if secret and _local(kids[0]) == "property" and kids[0].get("name"):
+                self.secret_properties.add(kids[0].get("name").strip())
             return self.reference(kids[0], comp, attr)
         if any(_local(k) != "item" for k in kids):
             raise _unexpected(next(k for k in kids if _local(k) != "item"))
@@ -130,12 +147,17 @@ class _Reader:
                 if k.get("name") in out:
                     raise DescriptorError("duplicate item %s" % k.get("name"), kind="duplicate-name",
                                           line=k.sourceline)
-                out[k.get("name")] = self.value(k, comp, attr)
+                key = where + "/" + k.get("name")
+                if _secret(k) and where:
+                    self.secrets.add(key)
+                out[k.get("name")] = self.value(k, comp, attr, key, secret or _secret(k))
             return out
         if any(named):
             raise DescriptorError("either every item has a name (a map) or none (a list)",
                                   kind="mixed-value", line=el.sourceline)
-        return [self.value(k, comp, attr) for k in kids]
+        if where and any(_secret(k) for k in kids):
+            self.secrets.add(where)         # a list is secret as a whole
+        return [self.value(k, comp, attr, where, secret or _secret(k)) for k in kids]
 
     def reference(self, el: etree._Element, comp: Component, attr: str) -> Value:
         lazy = (el.get("lazy") or "false").strip().lower() in ("true", "1")
@@ -189,11 +211,18 @@ class _Reader:
                                       path=target, line=line)
             resolving.add(key)
             comp.attributes[attr] = value_at(target, line)
+            if any(s == target or s.startswith(target + "/") or target.startswith(s + "/")
+                   for s in self.secrets):      # a copy of a secret is one
+                self.secrets.add(self.path_of(dep, comp) + "/" + attr)
             resolving.discard(key)
             del pending[key]
 
         while pending:
             settle(next(iter(pending)))
+
+    @staticmethod
+    def path_of(dep: Deployment, comp: Component) -> str:
+        return next(p for p, c in dep.walk() if c is comp)
 
     def group(self, el: etree._Element) -> Group:
         members = []

@@ -1,7 +1,10 @@
 """Delivery: one dispatcher thread over the outbox and a pool of sender threads.
 
 The dispatcher does all the database work, in one write transaction per round: record what
-the senders found, fan out new events, claim due subscriptions. It builds each claimed
+the senders found, fan out new events, claim due subscriptions. Message-content filters are
+evaluated before that transaction, from a read, by a helper process within the filter budget
+(``cddlm.xpathsafe``): a user's XPath never runs while the store is locked, and a filter that
+passes its budget fails its subscription. It builds each claimed
 batch's Notify request and hands it to a sender, then sleeps until it is woken (new events
 committed, a sender done, a subscription resumed) or the next retry is due; it also polls
 every ``delivery_poll_interval`` for events other portals wrote. Senders only do HTTP.
@@ -15,6 +18,7 @@ off without blocking anyone; and only subscriptions whose head is due are claime
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -30,9 +34,10 @@ from cddlm import wsa, xmlsafe
 from cddlm.application.repository import PORTAL_PRODUCER
 from cddlm.application.store import Store
 from cddlm.config import Settings
-from cddlm.errors import StoreUnavailable
-from cddlm.notify import messages, outbox, records, topics
+from cddlm.errors import Busy, QueryError, StoreUnavailable
+from cddlm.notify import messages, outbox, records
 from cddlm.notify.outbound import Sender
+from cddlm.xpathsafe import BudgetExceeded, XPathPool
 
 log = logging.getLogger(__name__)
 MAINTENANCE_INTERVAL = 1.0
@@ -62,10 +67,13 @@ class _Bounded(OrderedDict):
 class Delivery:
     def __init__(self, store: Store, settings: Settings, owner: str, *,
                  clock: Callable[[], float] = time.time, sender: Sender | None = None,
-                 portal_url: Callable[[], str] | None = None):
+                 portal_url: Callable[[], str] | None = None, xpath: XPathPool | None = None):
         self.store = store
         self.settings = settings
         self.owner = owner
+        limits = settings.limits
+        self.xpath = xpath or XPathPool(1, seconds=limits.filter_seconds, wait=30.0,
+                                        max_chars=limits.max_expression_chars)
         # the base URL of the portal delivering: its Notify requests name its own manager and
         # application views (None: the portal each subscription was made through)
         self.portal_url = portal_url
@@ -81,7 +89,6 @@ class Delivery:
         self._in_flight: dict[str, int] = {}
         self._heads = _Bounded(4096)          # (sub id, portal, view) -> (Route, head bytes)
         self._payloads = _Bounded(16384)      # event id -> payload bytes
-        self._filters = _Bounded(4096)        # sub id -> MessageFilter
         self._thread: threading.Thread | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._pending_outcomes: list[outbox.Outcome] = []   # found by senders, not yet recorded
@@ -117,6 +124,7 @@ class Delivery:
             log.warning("cannot release notification leases: %s", e)
         self._pending_outcomes = []
         self.sender.close()
+        self.xpath.close()
 
     def wake(self) -> None:
         self._wake.set()
@@ -177,10 +185,18 @@ class Delivery:
             return True
 
         postgres = not self.store.is_sqlite
+        matched: dict[tuple[str, int], bool] = {}
+        failing: dict[str, str] = {}
+        if unfanned:
+            with self.store.single() as conn:
+                pairs = outbox.filter_pairs(conn, now, FAN_OUT_LIMIT)
+            matched, failing = self._evaluate(pairs)      # outside any transaction
         with self.store.write() as conn:
             if outcomes:
                 outbox.record(conn, self.owner, now, outcomes, self.settings)
-            fanned = outbox.fan_out(conn, now, FAN_OUT_LIMIT, postgres, self._matcher())
+            if failing:
+                outbox.fail_filters(conn, failing, now)
+            fanned = outbox.fan_out(conn, now, FAN_OUT_LIMIT, postgres, matched)
             batches = outbox.claim(conn, self.owner, now, self.lease, capacity,
                                    self.settings.delivery_batch, postgres, take) if capacity > 0 else []
             wanted = {i for b in batches for i in b.events}
@@ -237,21 +253,34 @@ class Delivery:
         route = messages.Route(batch.sub_id, portal, batch.producer, view, batch.topic, consumer)
         return route, route.head()
 
-    def _matcher(self) -> Callable[[str, str | None, outbox.Event], bool]:
-        """The content-filter check for one fan-out: each event's message is built once for the
-        round, however many filtered subscriptions it is matched against."""
-        elements: dict[int, etree._Element] = {}
-
-        def matches(sub_id: str, message_filter: str | None, event: outbox.Event) -> bool:
-            compiled = self._filters.get_or(sub_id, lambda: topics.MessageFilter.from_json(message_filter))
-            if compiled is None:
-                return True
-            element = elements.get(event.id)
-            if element is None:
-                element = elements[event.id] = messages.payload(event.topic, event.data)
-            return compiled.matches(element)
-
-        return matches
+    def _evaluate(self, pairs: list[outbox.FilterPair]) -> tuple[dict, dict]:
+        """Each filtered subscription's filter over its events of this round, in one helper
+        call per subscription: {(sub id, event id): matches}, and {sub id: why it fails} for
+        filters that passed their budget. A pair left out (the helpers busy) waits for the next
+        round."""
+        by_sub: dict[str, list[outbox.FilterPair]] = {}
+        for pair in pairs:
+            by_sub.setdefault(pair.sub_id, []).append(pair)
+        matched: dict[tuple[str, int], bool] = {}
+        failing: dict[str, str] = {}
+        seconds = self.settings.limits.filter_seconds
+        for sub_id, mine in by_sub.items():
+            filters = [tuple(f) for f in json.loads(mine[0].message_filter)]
+            payloads = [self._payloads.get_or(p.event.id, lambda p=p: _payload_bytes(p.event))
+                        for p in mine]
+            try:
+                results = self.xpath.filter(filters, payloads, seconds * len(mine))
+            except BudgetExceeded:
+                failing[sub_id] = ("the message filter took longer than its budget (%gs a "
+                                   "message); subscribe again with a cheaper one" % seconds)
+                results = [False] * len(mine)
+            except Busy:
+                continue
+            except QueryError:      # refused at subscribe already; a non-match
+                results = [False] * len(mine)
+            for pair, ok in zip(mine, results):
+                matched[(sub_id, pair.event.id)] = ok
+        return matched, failing
 
     def _maintain(self, now: float) -> None:
         self._next_maintenance = now + MAINTENANCE_INTERVAL

@@ -9,33 +9,27 @@ Requests follow no redirects, ignore proxy variables, have connect and read time
 total deadline for reading the response, and read at most ``delivery_max_response_bytes`` of
 it. A consumer accepted a Notify when it answers 2xx (202 with no body, usually).
 
+What went wrong is reported (``lastError``) in coarse classes only: refused by the policy, no
+answer (a refused connection, a timeout, a connection cut or a silent port all read the same,
+so that subscriptions are no port scanner), or the HTTP status the consumer answered (never
+bytes of its answer). The address check is ``cddlm.netsafe``'s, shared with probes and
+descriptor fetches.
+
 Each sender thread keeps one keep-alive ``requests.Session``, so a consumer host sees a few
 long-lived connections rather than one per message.
 """
 
 from __future__ import annotations
 
-import functools
-import ipaddress
-import socket
 import threading
 import time
-from typing import Callable
-from urllib.parse import urlsplit
 
 import requests
 
-from cddlm import xmlsafe
+from cddlm import netsafe
 from cddlm.config import Settings
-from cddlm.errors import BadArgument, NotificationError
-
-Resolver = Callable[[str, int], list[str]]
-
-
-def resolve(host: str, port: int) -> list[str]:
-    """Every address ``host`` resolves to (the system resolver)."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    return sorted({info[4][0] for info in infos})
+from cddlm.errors import NotificationError
+from cddlm.netsafe import Resolver, resolve
 
 
 def refused(message: str) -> NotificationError:
@@ -45,41 +39,12 @@ def refused(message: str) -> NotificationError:
 def check_address(address: str, networks: tuple[str, ...], resolver: Resolver = resolve) -> None:
     """Raise ``SubscribeCreationFailedFault`` unless the portal may post to ``address``."""
     try:
-        parts = urlsplit(address)
-        port = parts.port
-    except ValueError as e:
-        raise refused("consumer address %r is not a URL: %s" % (address, e)) from None
-    if parts.scheme not in ("http", "https"):
-        raise refused("consumer address %r: only http and https consumers are supported" % address)
-    if not parts.hostname:
-        raise refused("consumer address %r names no host" % address)
-    if parts.username is not None or parts.password is not None:
-        raise refused("consumer address %r: credentials in the address are not supported" % address)
-    host = parts.hostname
-    try:
-        addresses = [str(ipaddress.ip_address(host))]
-    except ValueError:
-        try:
-            addresses = resolver(host, port or (443 if parts.scheme == "https" else 80))
-        except (OSError, UnicodeError) as e:
-            raise refused("consumer host %r does not resolve: %s" % (host, e)) from None
-    if not addresses:
-        raise refused("consumer host %r does not resolve" % host)
-    allowed = _networks(tuple(networks))
-    for text in addresses:
-        ip = ipaddress.ip_address(text.split("%", 1)[0])
-        if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-            ip = ip.ipv4_mapped
-        if not any(ip.version == net.version and ip in net for net in allowed):
-            raise refused("consumer host %r (%s) is not in a network this portal may notify "
-                          "(allowed: %s)" % (host, ip, ", ".join(networks) or "none"))
+        netsafe.vet(address, tuple(networks), resolver=resolver, what="consumer address")
+    except netsafe.Refused as e:
+        raise refused(str(e)) from None
 
 
-@functools.lru_cache(maxsize=8)
-def _networks(networks: tuple[str, ...]) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-    """The configured networks, parsed once per configuration rather than on every check
-    (a sender checks before every request)."""
-    return tuple(ipaddress.ip_network(n, strict=False) for n in networks)
+NO_ANSWER = "no answer from the consumer (refused, unreachable, cut off or too slow)"
 
 
 class Sender:
@@ -114,18 +79,18 @@ class Sender:
                                      timeout=(s.delivery_connect_timeout, s.delivery_timeout),
                                      headers={"Content-Type": "text/xml; charset=utf-8",
                                               "SOAPAction": '"%s"' % action})
-        except requests.RequestException as e:
-            return "cannot post to %s: %s" % (address, _reason(e))
+        except requests.RequestException:
+            return NO_ANSWER
         try:
-            body = _read(r, s.delivery_max_response_bytes, deadline)
-        except (requests.RequestException, OSError, TimeoutError) as e:
+            _read(r, s.delivery_max_response_bytes, deadline)
+        except (requests.RequestException, OSError, TimeoutError):
             r.close()
-            return "%s: no complete response: %s" % (address, _reason(e))
+            return NO_ANSWER
         if 200 <= r.status_code < 300:
             return None
         if 300 <= r.status_code < 400:
-            return "HTTP %d from %s: redirects are not followed" % (r.status_code, address)
-        return "HTTP %d from %s%s" % (r.status_code, address, _fault_text(body))
+            return "the consumer answered HTTP %d: redirects are not followed" % r.status_code
+        return "the consumer answered HTTP %d" % r.status_code
 
     def close(self) -> None:
         """Close every thread's connections."""
@@ -149,20 +114,3 @@ def _read(r: requests.Response, cap: int, deadline: float) -> bytes:
     return b"".join(chunks)[:cap]
 
 
-def _fault_text(body: bytes) -> str:
-    if not body:
-        return ""
-    try:
-        doc = xmlsafe.parse(body, max_depth=64)
-    except BadArgument:
-        return ""
-    text = doc.findtext(".//faultstring")
-    return ": " + text.strip()[:300] if text else ""
-
-
-def _reason(e: BaseException) -> str:
-    """The innermost cause, without urllib3's repetition of the URL and pool."""
-    while e.__context__ is not None and isinstance(e.__context__, Exception):
-        e = e.__context__
-    text = str(e)
-    return text.split("): ", 1)[-1][:300] if "): " in text else text[:300]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 from sqlalchemy import (and_, bindparam, case, delete, exists, func, insert, or_, select, text,
                         tuple_, update)
@@ -84,42 +84,79 @@ _IN_IDS = e.id.in_(bindparam("ids", expanding=True))
 _IN_RANGE = and_(e.id.between(bindparam("low"), bindparam("high")), _IN_IDS)
 
 
+@dataclass(frozen=True)
+class FilterPair:
+    """A subscription with a content filter and an event it may want (read before fan-out)."""
+    sub_id: str
+    message_filter: str        # JSON: [[XPath, namespaces], ...]
+    event: Event
+
+
+def filter_pairs(conn: Connection, now: float, limit: int) -> list[FilterPair]:
+    """The (filtered subscription, event) pairs of the next ``limit`` events to fan out: read
+    first, so that their filters are evaluated outside any transaction."""
+    ids = [r[0] for r in conn.execute(select(e.id).where(_UNFANNED).order_by(e.id).limit(limit))]
+    if not ids:
+        return []
+    params = {"ids": ids, "now": now, "low": ids[0], "high": ids[-1]}
+    parsed: dict[int, Event] = {}            # each event's message read once, for every pair
+    out = []
+    for r in conn.execute(select(s.id.label("sid"), s.message_filter, e.id, e.producer, e.topic,
+                                 e.message).select_from(events.join(subscriptions, _MATCHES))
+                          .where(_IN_RANGE, s.message_filter.is_not(None)), params):
+        event = parsed.get(r.id)
+        if event is None:
+            event = parsed[r.id] = Event(r.id, r.producer, r.topic, json.loads(r.message))
+        out.append(FilterPair(r.sid, r.message_filter, event))
+    return out
+
+
 def fan_out(conn: Connection, now: float, limit: int, postgres: bool,
-            matcher: Callable[[str, str, Event], bool]) -> int:
+            matched: Mapping[tuple[str, int], bool]) -> int:
     """Queue deliveries for up to ``limit`` events not fanned out yet; returns how many
-    events it handled. Subscriptions without a content filter are matched in SQL;
-    ``matcher(sub_id, message_filter, event)`` decides for the others."""
+    events it handled. Subscriptions without a content filter are matched in SQL; for the
+    others ``matched[(sub id, event id)]`` says, as evaluated beforehand (``filter_pairs``).
+    An event with a pair nobody evaluated (a subscription made since) is left for the next
+    round, whole, so that no filter is ever evaluated inside this transaction."""
     if postgres and not conn.execute(text("SELECT pg_try_advisory_xact_lock(%d)" % FAN_OUT_LOCK)).scalar():
         return 0   # another portal is fanning out; it takes these events
     ids = [r[0] for r in conn.execute(select(e.id).where(_UNFANNED).order_by(e.id).limit(limit))]
     if not ids:
         return 0
-    params = {"ids": ids, "now": now, "low": ids[0], "high": ids[-1]}
     pairs = events.join(subscriptions, _MATCHES)
+    params = {"ids": ids, "now": now, "low": ids[0], "high": ids[-1]}
+    filtered = conn.execute(select(s.id, e.id).select_from(pairs)
+                            .where(_IN_RANGE, s.message_filter.is_not(None)), params).all()
+    later = {eid for sid, eid in filtered if (sid, eid) not in matched}
+    if later:
+        ids = [i for i in ids if i not in later]
+        if not ids:
+            return 0
+        params = {"ids": ids, "now": now, "low": ids[0], "high": ids[-1]}
     conn.execute(insert(deliveries).from_select(
         ["subscription_id", "event_id", "queued"],
         select(s.id, e.id, bindparam("now")).select_from(pairs)
         .where(_IN_RANGE, s.message_filter.is_(None))), params)
-    parsed: dict[int, Event] = {}            # each event's message read once, for every pair
-
-    def event(r) -> Event:
-        found = parsed.get(r.id)
-        if found is None:
-            found = parsed[r.id] = Event(r.id, r.producer, r.topic, json.loads(r.message))
-        return found
-
-    filtered = [{"subscription_id": r.sid, "event_id": r.id, "queued": now}
-                for r in conn.execute(select(s.id.label("sid"), s.message_filter, e.id, e.producer,
-                                             e.topic, e.message).select_from(pairs)
-                                      .where(_IN_RANGE, s.message_filter.is_not(None)), params)
-                if matcher(r.sid, r.message_filter, event(r))]
-    if filtered:
-        conn.execute(insert(deliveries), filtered)
+    wanted = [{"subscription_id": sid, "event_id": eid, "queued": now} for sid, eid in filtered
+              if eid not in later and matched[(sid, eid)]]
+    if wanted:
+        conn.execute(insert(deliveries), wanted)
     conn.execute(update(subscriptions).where(s.id.in_(
         select(d.subscription_id).where(d.event_id.in_(bindparam("ids", expanding=True))).distinct()))
         .values(due=func.coalesce(s.due, now)), params)
     conn.execute(update(events).where(_IN_IDS).values(fanned_out=True), params)
     return len(ids)
+
+
+def fail_filters(conn: Connection, failures: Mapping[str, str], now: float) -> None:
+    """Subscriptions whose message filter passed its budget fail, with the reason, and their
+    queues are dropped: such a filter would cost as much on every message."""
+    for sub_id, reason in failures.items():
+        failed = conn.execute(update(subscriptions).where(s.id == sub_id, s.status.in_(LIVE)).values(
+            status=FAILED, failure=reason, due=None, owner=None, lease_expires=None,
+            failing_since=now, last_error=reason)).rowcount
+        if failed:
+            conn.execute(delete(deliveries).where(d.subscription_id == sub_id))
 
 
 # -- claims -----------------------------------------------------------------------------------

@@ -27,7 +27,6 @@ from cddlm import ns, wsa
 from cddlm.application.options import Option
 from cddlm.errors import BadArgument, NotificationError
 from cddlm.notify import topics
-from cddlm.notify.messages import SAMPLES
 from cddlm.xsdtypes import format_datetime, parse_time
 
 WSNT = "{%s}" % ns.WSNT
@@ -43,9 +42,10 @@ class SubscribeRequest:
     termination_time: float | None    # None: never expires
 
 
-def read_subscribe(body: etree._Element, kind: str, now: float,
-                   default_seconds: float) -> SubscribeRequest:
-    """A (schema-valid) ``wsnt:Subscribe`` sent to a producer of ``kind``."""
+def read_subscribe(body: etree._Element, kind: str, now: float, default_seconds: float,
+                   try_filters: topics.Tryer | None = None) -> SubscribeRequest:
+    """A (schema-valid) ``wsnt:Subscribe`` sent to a producer of ``kind``; ``try_filters``
+    tries its message-content filters on a sample message."""
     holder = body.find(WSNT + "ConsumerReference")
     consumer = wsa.parse_epr(holder) if holder is not None else None
     if consumer is None or not consumer.address:
@@ -55,14 +55,15 @@ def read_subscribe(body: etree._Element, kind: str, now: float,
     when = now + default_seconds if time_el is None else \
         requested_time(time_el, now, "UnacceptableInitialTerminationTimeFault")
     return SubscribeRequest(consumer, consumer_xml(consumer),
-                            topics.parse_filter(body.find(WSNT + "Filter"), kind, SAMPLES[kind]()),
+                            topics.parse_filter(body.find(WSNT + "Filter"), kind, try_filters),
                             when)
 
 
-def read_option(option: Option, now: float, default_seconds: float) -> SubscribeRequest:
+def read_option(option: Option, now: float, default_seconds: float,
+                try_filters: topics.Tryer | None = None) -> SubscribeRequest:
     """The value of ``urn:cddlm:option:subscribe`` (see the module docstring)."""
     kind = topics.APPLICATION
-    everything = topics.parse_filter(None, kind, SAMPLES[kind]())
+    everything = topics.parse_filter(None, kind)
     if option.kind == "string":
         address = str(option.value or "").strip()
         if not address:
@@ -74,7 +75,7 @@ def read_option(option: Option, now: float, default_seconds: float) -> Subscribe
     if not isinstance(el, etree._Element) or not isinstance(el.tag, str):
         raise BadArgument("option %s takes a consumer URL (string) or one element (data)" % option.name)
     if el.tag == WSNT + "Subscribe":
-        return read_subscribe(el, kind, now, default_seconds)
+        return read_subscribe(el, kind, now, default_seconds, try_filters)
     consumer = wsa.parse_epr(el)
     if consumer is None or not consumer.address:
         raise BadArgument("option %s: %s is neither a wsnt:Subscribe nor an endpoint reference "

@@ -24,17 +24,19 @@ from cddlm.application.repository import View
 from cddlm.application.tenancy import LOCAL_ADMIN, Principal
 from cddlm.application.store import Store
 from cddlm.config import Settings
-from cddlm.errors import BadArgument, NotificationError, ResourceUnknown
+from cddlm.errors import BadArgument, NotificationError, QueryError, ResourceUnknown
 from cddlm.notify import messages, parse, records, topics
 from cddlm.notify.outbound import Resolver, check_address, resolve
 from cddlm.notify.records import FAILED, Subscription
+from cddlm.xpathsafe import XPathPool
 
 
 class Subscriptions:
-    def __init__(self, store: Store, settings: Settings, *, clock: Callable[[], float] = time.time,
-                 resolver: Resolver = resolve):
+    def __init__(self, store: Store, settings: Settings, xpath: XPathPool, *,
+                 clock: Callable[[], float] = time.time, resolver: Resolver = resolve):
         self.store = store
         self.settings = settings
+        self.xpath = xpath          # tries message-content filters (a helper process, a budget)
         self.clock = clock
         self.resolver = resolver
         self.on_change: list[Callable[[], None]] = []   # woken when deliveries may resume
@@ -43,11 +45,26 @@ class Subscriptions:
         check_address(request.consumer.address, self.settings.consumer_networks, self.resolver)
         return request
 
+    def _try_filters(self, kind: str) -> topics.Tryer:
+        """Message-content filters tried on a sample message of ``kind``, in a helper process
+        and within the filter budget: errors an XPath shows only when evaluated, and a filter
+        too costly even on the sample, are refused now."""
+        def tried(filters: list[tuple[str, dict]]) -> None:
+            limits = self.settings.limits
+            try:
+                self.xpath.filter(filters, [etree.tostring(messages.SAMPLES[kind]())],
+                                  limits.filter_seconds, strict=True, wait=limits.query_wait_seconds)
+            except QueryError as e:
+                raise topics.fault("InvalidMessageContentExpressionFault",
+                                   "a message content filter cannot be used: %s" % e.message) from None
+        return tried
+
     # -- the create option (called by Service.create) ----------------------------------------------
     def prepare(self, option: Option, now: float) -> parse.SubscribeRequest:
         """Read and check the option before the create transaction (a create fault otherwise)."""
         try:
-            return self._check(parse.read_option(option, now, self.settings.default_subscription_seconds))
+            return self._check(parse.read_option(option, now, self.settings.default_subscription_seconds,
+                                                 self._try_filters(topics.APPLICATION)))
         except NotificationError as e:
             raise BadArgument("option %s: %s" % (option.name, e.message)) from None
 
@@ -70,7 +87,8 @@ class Subscriptions:
         the new subscription's id and termination time (its manager is on ``portal``)."""
         now = self.clock()
         request = self._check(parse.read_subscribe(body, kind, now,
-                                                   self.settings.default_subscription_seconds))
+                                                   self.settings.default_subscription_seconds,
+                                                   self._try_filters(kind)))
         with self.store.write() as conn:
             start = 0
             scope = None

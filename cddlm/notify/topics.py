@@ -15,6 +15,8 @@ unknown dialect, so clients fall back to Simple.
 A ``wsnt:MessageContent`` filter is an XPath 1.0 expression evaluated with the message
 payload (``api:lifecycleEvent`` ...) as the context node and document element; the message
 passes when the result is true by XPath's ``boolean()`` rules. Several filters are ANDed.
+Filters are only compiled here; they are evaluated by ``cddlm.xpathsafe`` (a helper process
+with a time budget): ``parse_filter`` takes the function that tries them on a sample message.
 """
 
 from __future__ import annotations
@@ -22,10 +24,12 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from lxml import etree
 
 from cddlm import ns
+from cddlm.budget import ExpressionError, check_xpath
 from cddlm.errors import NotificationError
 
 LIFECYCLE, CREATED = ns.LIFECYCLE_TOPIC, ns.CREATED_TOPIC
@@ -82,9 +86,15 @@ class Filter:
         return json.dumps([list(f) for f in self.message_filters]) if self.message_filters else None
 
 
-def parse_filter(holder: etree._Element | None, kind: str, sample: etree._Element) -> Filter:
-    """A Subscribe's ``wsnt:Filter`` (None: everything the producer publishes). ``sample`` is
-    a message of the producer's kind, used to find errors an XPath shows only when evaluated."""
+Tryer = Callable[[list[tuple[str, dict]]], None]
+"""Tries message-content filters on a sample message of the producer's kind (errors an XPath
+shows only when evaluated: an undeclared prefix, an unknown function, too costly), raising
+``InvalidMessageContentExpressionFault``."""
+
+
+def parse_filter(holder: etree._Element | None, kind: str, try_filters: Tryer | None = None,
+                 max_chars: int = 4096) -> Filter:
+    """A Subscribe's ``wsnt:Filter`` (None: everything the producer publishes)."""
     topic = TOPICS[kind]
     if holder is None:
         return Filter(topic, (), implied_filter(topic))
@@ -95,11 +105,13 @@ def parse_filter(holder: etree._Element | None, kind: str, sample: etree._Elemen
         if child.tag == WSNT + "TopicExpression":
             topic_of(child, kind)
         elif child.tag == WSNT + "MessageContent":
-            filters.append(compile_message_filter(child, sample))
+            filters.append(compile_message_filter(child, max_chars))
         else:
             raise fault("InvalidFilterFault", "filter %s is not supported (supported: "
                         "wsnt:TopicExpression, wsnt:MessageContent)" % child.tag,
                         (WSNT + "UnknownFilter", child.tag))
+    if filters and try_filters is not None:
+        try_filters(filters)
     return Filter(topic, tuple(filters), etree.tostring(holder, encoding="unicode"))
 
 
@@ -131,7 +143,7 @@ def implied_filter(topic: str) -> str:
     return etree.tostring(holder, encoding="unicode")
 
 
-def compile_message_filter(el: etree._Element, sample: etree._Element) -> tuple[str, dict]:
+def compile_message_filter(el: etree._Element, max_chars: int = 4096) -> tuple[str, dict]:
     dialect = (el.get("Dialect") or "").strip()
     if dialect != ns.XPATH_DIALECT:
         raise fault("InvalidMessageContentExpressionFault",
@@ -140,45 +152,10 @@ def compile_message_filter(el: etree._Element, sample: etree._Element) -> tuple[
     if any(isinstance(c.tag, str) for c in el):
         raise fault("InvalidMessageContentExpressionFault", "the XPath expression must be text")
     text = (el.text or "").strip()
-    namespaces = {k: v for k, v in el.nsmap.items() if k}
     try:
-        MessageFilter([(text, namespaces)]).matches(sample, strict=True)
-    except (etree.XPathError, ValueError) as e:
+        namespaces = check_xpath(text, {k: v for k, v in el.nsmap.items() if k}, max_chars)
+        etree.XPath(text, namespaces=namespaces)
+    except (ExpressionError, etree.XPathError) as e:
         raise fault("InvalidMessageContentExpressionFault",
-                    "%r is not a usable XPath 1.0 expression: %s" % (text, e)) from None
+                    "%r is not a usable XPath 1.0 expression: %s" % (text[:200], e)) from None
     return text, namespaces
-
-
-class MessageFilter:
-    """Compiled message-content filters (ANDed)."""
-
-    def __init__(self, filters: list | tuple):
-        self.xpaths = [etree.XPath(text, namespaces=namespaces) for text, namespaces in filters]
-
-    @classmethod
-    def from_json(cls, data: str | None) -> "MessageFilter | None":
-        return cls(json.loads(data)) if data else None
-
-    def matches(self, payload: etree._Element, strict: bool = False) -> bool:
-        """True when every filter holds for ``payload``; an evaluation error is a non-match
-        (or raises, when ``strict``)."""
-        for xpath in self.xpaths:
-            try:
-                if not _boolean(xpath(payload)):
-                    return False
-            except etree.XPathError:
-                if strict:
-                    raise
-                return False
-        return True
-
-
-def _boolean(value: object) -> bool:
-    """XPath 1.0 ``boolean()`` of an lxml XPath result."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, float):
-        return value == value and value != 0.0
-    if isinstance(value, (list, str)):
-        return len(value) > 0
-    return bool(value)

@@ -94,6 +94,7 @@ FAULTS: dict[type, FaultKind] = {
     errors.DeploymentFailed: FaultKind("{%s}DeploymentFault" % API, "Server"),
     errors.RemoteFault: FaultKind("{%s}RemoteFault" % API, "Server", extra=_remote),
     errors.StoreUnavailable: FaultKind("{%s}ResourceUnavailableFault" % R, "Server"),
+    errors.Busy: FaultKind("{%s}ResourceUnavailableFault" % R, "Server"),
     errors.ServerError: FaultKind("{%s}BaseFault" % BF, "Server"),
     errors.CddlmError: FaultKind("{%s}BaseFault" % BF, "Server"),
 }

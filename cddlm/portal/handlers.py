@@ -15,6 +15,7 @@ from lxml import etree
 from cddlm import __version__, ns, wsa
 from cddlm.application import options as opts
 from cddlm.application.repository import PORTAL_PRODUCER, App
+from cddlm.application.secrets import visible_properties
 from cddlm.application.service import Service
 from cddlm.application.views import Views
 from cddlm.errors import (BadArgument, ResourceNotDestroyed, ResourceUnknown,
@@ -26,6 +27,7 @@ from cddlm.notify.parse import is_nil
 from cddlm.portal import messages as m
 from cddlm.portal import properties as rp
 from cddlm.portal.soap import Endpoint, Operation, Request
+from cddlm.xpathsafe import XPathPool
 from cddlm.xsdtypes import format_datetime, format_duration, parse_datetime, parse_duration
 
 API, RL, WSNT = ns.API, ns.WSRF_RL, ns.WSNT
@@ -65,11 +67,12 @@ def producer_properties(topic: str) -> dict[str, rp.Builder]:
 
 class Handlers:
     def __init__(self, service: Service, started: float, subscriptions: Any = None,
-                 views: Views | None = None):
+                 views: Views | None = None, *, xpath: XPathPool):
         self.service = service
         self.started = started
         self.subscriptions = subscriptions   # portal.subscriptions.SubscriptionHandlers, when wired
         self.views = views or Views(service)
+        self.xpath = xpath                   # evaluates QueryResourceProperties
 
     # -- portal ---------------------------------------------------------------------------------
     def create(self, req: Request) -> etree._Element:
@@ -349,7 +352,8 @@ class Handlers:
         if app.descriptor_digest:
             m.sub(info, "descriptorDigest", app.descriptor_digest)
         if app.properties:
-            info.append(m.properties_element("properties", app.properties))
+            shown, hidden = visible_properties(app.properties, app.deployment)
+            info.append(m.properties_element("properties", shown, hidden))
         if app.options:
             info.append(m.options_element("options", app.options))
         if app.placement:
@@ -397,7 +401,7 @@ class Handlers:
             _q(RL, "SetTerminationTime"): Operation(
                 self.set_portal_termination_time,
                 RLW + "ScheduledResourceTermination/SetTerminationTimeResponse"),
-            **rp.operations(self.portal_properties),
+            **rp.operations(self.portal_properties, self.xpath),
         }
         app_ops = {
             m.q("initializeRequest"): Operation(self.initialize, api_action("Application", "initialize")),
@@ -413,7 +417,7 @@ class Handlers:
             _q(ns.EXT, "scheduleTerminationRequest"): Operation(
                 self.schedule_termination, ns.EXT + ":Application:scheduleTerminationResponse"),
             _q(ns.EXT, "logsRequest"): Operation(self.logs, ns.EXT + ":Application:logsResponse"),
-            **rp.operations(self.app_properties),
+            **rp.operations(self.app_properties, self.xpath),
         }
         if self.subscriptions is not None:
             portal_ops.update(self.subscriptions.producer_operations(

@@ -10,6 +10,7 @@ from lxml import etree
 from cddlm import ns, wsa
 from cddlm.application.options import Option
 from cddlm.application.repository import View
+from cddlm.application.secrets import HIDDEN
 from cddlm.application.service import DescriptorInput, app_address
 from cddlm.errors import BadArgument
 from cddlm.xmlsafe import clean
@@ -107,12 +108,20 @@ def properties(holder: etree._Element | None) -> list[tuple[str, str]]:
             for p in holder.iterfind(q("property"))]
 
 
-def properties_element(local: str, props: dict[str, str]) -> etree._Element:
+HIDDEN_ATTR = "{%s}hidden" % ns.EXT     # on a value the portal does not return (a secret)
+
+
+def properties_element(local: str, props: dict[str, str], hidden: list[str] = ()) -> etree._Element:
+    """Deploy-time properties; the ``hidden`` ones (secrets) by name only."""
     holder = element(local)
     for name, value in props.items():
         p = sub(holder, "property")
         sub(p, "name", name)
         sub(p, "value", value)
+    for name in hidden:
+        p = sub(holder, "property")
+        sub(p, "name", name)
+        sub(p, "value").set(HIDDEN_ATTR, "true")
     return holder
 
 
@@ -148,6 +157,8 @@ def value_element(local: str, value: Any) -> etree._Element:
                 fill(sub(target, "item"), x)
         elif isinstance(v, bool):
             target.text = "true" if v else "false"
+        elif v is HIDDEN:
+            target.set(HIDDEN_ATTR, "true")   # a secret: stored and used, never returned
         elif v is not None:
             target.text = clean(v)
 

@@ -4,7 +4,8 @@ Each resource (the portal, an application view, a subscription) is a ``Propertie
 root element of its resource property document and an ordered map from property QName to a
 function producing that property's elements. ``GetResourceProperty`` builds one property only
 (cheap: ``api:state`` is one row read); ``GetResourcePropertyDocument`` and
-``QueryResourceProperties`` build the document.
+``QueryResourceProperties`` build the document; a query is evaluated by ``cddlm.xpathsafe``
+(a helper process, a time and a result budget).
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from typing import Callable
 
 from lxml import etree
 
-from cddlm import ns
-from cddlm.errors import (InvalidPropertyQName, InvalidQueryExpression, QueryEvaluationError,
-                          UnknownQueryDialect)
+from cddlm import ns, xmlsafe
+from cddlm.errors import InvalidPropertyQName, InvalidQueryExpression, UnknownQueryDialect
 from cddlm.portal.soap import Operation, Request
+from cddlm.xpathsafe import XPathPool
 from cddlm.xsdtypes import format_datetime
 
 RP = "{%s}" % ns.WSRF_RP
@@ -88,7 +89,9 @@ def get_document(body: etree._Element, props: Properties) -> etree._Element:
     return response
 
 
-def query(body: etree._Element, props: Properties) -> etree._Element:
+def query(body: etree._Element, props: Properties, xpath: XPathPool) -> etree._Element:
+    """QueryResourceProperties: the XPath is evaluated by a helper process with a time and a
+    result budget (``cddlm.xpathsafe``), never by the thread answering the request."""
     expr_el = body.find(RP + "QueryExpression")
     if expr_el is None:
         raise InvalidQueryExpression("QueryResourceProperties needs a wsrf-rp:QueryExpression")
@@ -100,34 +103,23 @@ def query(body: etree._Element, props: Properties) -> etree._Element:
         raise InvalidQueryExpression("the XPath expression must be text")
     text = (expr_el.text or "").strip()
     namespaces = {k: v for k, v in expr_el.nsmap.items() if k}
-    try:
-        xpath = etree.XPath(text, namespaces=namespaces)
-    except etree.XPathSyntaxError as e:
-        raise InvalidQueryExpression("XPath syntax error in %r: %s" % (text, e)) from None
-    except etree.XPathError as e:
-        raise InvalidQueryExpression("cannot compile %r: %s" % (text, e)) from None
-    doc = props.build_document()
-    try:
-        result = xpath(etree.ElementTree(doc))
-    except etree.XPathError as e:
-        if "namespace prefix" in str(e):   # a static error of the expression itself
-            raise InvalidQueryExpression("%r uses an undeclared prefix: %s" % (text, e)) from None
-        raise QueryEvaluationError("cannot evaluate %r: %s" % (text, e)) from None
+    result = xpath.query(etree.tostring(props.build_document()), text, namespaces)
     response = etree.Element(RP + "QueryResourcePropertiesResponse", nsmap={"wsrf-rp": ns.WSRF_RP})
-    if isinstance(result, list):
-        for item in result:
-            if isinstance(item, etree._Element):
-                response.append(_copy(item))
+    if result.kind == "nodes":
+        for kind, value in result.items:
+            if kind == "element":   # the helper's serialization of the portal's own document
+                response.append(xmlsafe.parse(value.encode("utf-8")))
             else:  # a text or attribute node: its string value
-                response.append(_result("text", str(item)))
+                response.append(_result("text", value))
         if not len(response):
             response.append(_result("empty", ""))
-    elif isinstance(result, bool):
-        response.append(_result("boolean", "true" if result else "false"))
-    elif isinstance(result, float):
-        response.append(_result("number", str(int(result)) if result.is_integer() else repr(result)))
+    elif result.kind == "boolean":
+        response.append(_result("boolean", "true" if result.value else "false"))
+    elif result.kind == "number":
+        value = float(result.value)   # type: ignore[arg-type]
+        response.append(_result("number", str(int(value)) if value.is_integer() else repr(value)))
     else:
-        response.append(_result("string", str(result)))
+        response.append(_result("string", str(result.value)))
     return response
 
 
@@ -139,12 +131,9 @@ def _result(kind: str, value: str) -> etree._Element:
     return el
 
 
-def _copy(el: etree._Element) -> etree._Element:
-    return etree.fromstring(etree.tostring(el))
-
-
-def operations(source: Callable[[Request], Properties]) -> dict[str, Operation]:
-    """The WS-RP read operations of a resource whose properties ``source`` gives."""
+def operations(source: Callable[[Request], Properties], xpath: XPathPool) -> dict[str, Operation]:
+    """The WS-RP read operations of a resource whose properties ``source`` gives; queries are
+    evaluated by ``xpath``."""
     def wrap(fn):
         return lambda req: fn(req.body, source(req))
     return {
@@ -159,7 +148,7 @@ def operations(source: Callable[[Request], Properties]) -> dict[str, Operation]:
             wrap(get_document),
             RPW + "GetResourcePropertyDocument/GetResourcePropertyDocumentResponse"),
         RP + "QueryResourceProperties": Operation(
-            wrap(query), RPW + "QueryResourceProperties/QueryResourcePropertiesResponse",
+            lambda req: query(req.body, source(req), xpath), RPW + "QueryResourceProperties/QueryResourcePropertiesResponse",
             validate=False),
     }
 

@@ -23,7 +23,7 @@ from spyne.protocol.soap import Soap11
 from cddlm import ns, wsa, xmlsafe
 from cddlm.application.tenancy import LOCAL_ADMIN, Principal
 from cddlm.config import Limits
-from cddlm.errors import AddressingError, BadArgument, RequestTooLarge
+from cddlm.errors import AddressingError, BadArgument, Busy, RequestTooLarge
 from cddlm.portal.faults import SoapFault, detail, soap_fault, to_fault
 
 log = logging.getLogger(__name__)
@@ -119,10 +119,16 @@ class CddlmSoap(Soap11):
         data = b"".join(ctx.in_string) if not isinstance(ctx.in_string, bytes) else ctx.in_string
         if len(data) > self.limits.max_body_bytes:
             raise to_fault(RequestTooLarge(len(data), self.limits.max_body_bytes))
+        limits = self.limits
         try:
-            ctx.in_document = xmlsafe.parse(data, max_depth=self.limits.max_xml_depth)
+            ctx.in_document = xmlsafe.parse(
+                data, max_depth=limits.max_xml_depth, max_nodes=limits.max_xml_nodes,
+                max_attributes=limits.max_xml_attributes, large_bytes=limits.large_body_bytes,
+                large_slots=limits.max_large_parses)
         except BadArgument as e:
             raise to_fault(BadArgument("the request is not usable XML: %s" % e)) from None
+        except Busy as e:
+            raise to_fault(e) from None
 
     def decompose_incoming_envelope(self, ctx, message=Soap11.REQUEST):
         root = ctx.in_document

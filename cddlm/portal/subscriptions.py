@@ -20,6 +20,7 @@ from cddlm.notify.subscriptions import Subscriptions
 from cddlm.portal import messages as m
 from cddlm.portal import properties as rp
 from cddlm.portal.soap import Endpoint, Operation, Request
+from cddlm.xpathsafe import XPathPool
 from cddlm.xsdtypes import format_datetime
 
 WSNT, RL = "{%s}" % ns.WSNT, "{%s}" % ns.WSRF_RL
@@ -41,8 +42,9 @@ def _time(local: str, when: float) -> etree._Element:
 
 
 class SubscriptionHandlers:
-    def __init__(self, subscriptions: Subscriptions):
+    def __init__(self, subscriptions: Subscriptions, xpath: XPathPool):
         self.subscriptions = subscriptions
+        self.xpath = xpath          # evaluates QueryResourceProperties on managers
 
     # -- NotificationProducer (portal and application endpoints) --------------------------------
     def producer_operations(self, kind: str, producer: Producer) -> dict[str, Operation]:
@@ -124,7 +126,7 @@ class SubscriptionHandlers:
             WSNT + "ResumeSubscription": Operation(
                 self.resume, BW + "PausableSubscriptionManager/ResumeSubscriptionResponse"),
             RL + "Destroy": Operation(self.destroy, RLW + "ImmediateResourceTermination/DestroyResponse"),
-            **rp.operations(self.properties),
+            **rp.operations(self.properties, self.xpath),
         })
 
 

@@ -7,14 +7,23 @@ WSDL/XSD folder, with the request-size limit enforced before a body is read.
     /cddlm/wsdl/{file}             the WSDL and the schemas it imports (from wsdl/ and xsd/)
     everything else                the read-only dashboard and its JSON API (``cddlm/web``),
                                    when the composition root passes one in
+
+A web page its operator visits must not be able to drive a portal (on loopback by default):
+``refusal`` turns away, before anything else, requests whose ``Host`` is a name the portal
+does not answer to (DNS rebinding: a page's own name pointed at 127.0.0.1), requests from
+another site's ``Origin``, and SOAP posts whose ``Content-Type`` is not a SOAP type (a
+cross-site form or ``fetch`` can send ``text/plain`` without asking first).
 """
 
 from __future__ import annotations
 
 import io
+import ipaddress
 import re
+import socket
 from pathlib import Path
 from typing import Callable
+from urllib.parse import urlsplit
 
 from lxml import etree
 from spyne.server.wsgi import WsgiApplication
@@ -65,29 +74,85 @@ SCHEMAS = ("api.xsd", "ext.xsd", "rp-2.xsd", "rl-2.xsd", "b-2.xsd")
 
 
 def build(endpoints: dict[str, Endpoint], limits: Limits, portal_url: Callable[[], str],
-          dashboard: Callable | None = None,
-          authenticate: soap.Authenticate | None = None) -> "Router":
+          dashboard: Callable | None = None, authenticate: soap.Authenticate | None = None,
+          names: frozenset[str] = frozenset({"*"})) -> "Router":
     """The WSGI application for these endpoints (mount point -> endpoint), with ``dashboard``
     (a WSGI application) answering every other path. Every SOAP request is authenticated by
-    ``authenticate`` (none: local mode); the WSDL and its schemas are public."""
+    ``authenticate`` (none: local mode); the WSDL and its schemas are public. ``names`` are
+    the Host names it answers to (``own_names``)."""
     validator = soap.Validator(XSD_DIR, SCHEMAS)
     apps = {mount: WsgiApplication(soap.application(ep, validator, limits, portal_url, authenticate),
                                    max_content_length=limits.max_body_bytes + 1)
             for mount, ep in endpoints.items()}
-    return Router(apps, limits, portal_url, dashboard)
+    return Router(apps, limits, portal_url, dashboard, names)
+
+
+SOAP_TYPES = ("text/xml", "application/soap+xml")   # SOAP 1.1, and 1.2 (refused as a version)
+
+
+def own_names(bind_host: str, public_url: str | None, allowed: tuple[str, ...]) -> frozenset[str]:
+    """The host names a portal answers to (besides IP literals, which no DNS rebinding can
+    bring): localhost, this machine's names, its bind and public addresses' names, and the
+    operator's ``allowed_hosts`` (``*``: any)."""
+    names = {"localhost", socket.gethostname().lower(), socket.getfqdn().lower(), bind_host.lower()}
+    if public_url:
+        names.add((urlsplit(public_url).hostname or "").lower())
+    names.update(a.lower() for a in allowed)
+    return frozenset(n for n in names if n)
+
+
+def _hostname(host: str) -> str:
+    host = host.strip().lower()
+    if host.startswith("["):
+        return host[1:host.find("]")] if "]" in host else host
+    return host.rpartition(":")[0] if host.count(":") == 1 else host
+
+
+def _ip_literal(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+        return True
+    except ValueError:
+        return False
+
+
+def refusal(environ: dict, names: frozenset[str], soap: bool) -> tuple[str, str] | None:
+    """Why this request is refused (an HTTP status and a message), or None: see the module
+    docstring. ``soap``: the request goes to a SOAP endpoint."""
+    host = environ.get("HTTP_HOST", "")
+    name = _hostname(host)
+    if host and "*" not in names and name not in names and not _ip_literal(name) \
+            and not name.endswith(".localhost"):
+        return ("421 Misdirected Request", "this portal does not answer to the name %r (its "
+                "operator may allow it with --allowed-host)\n" % name[:100])
+    origin = environ.get("HTTP_ORIGIN")
+    if origin is not None:
+        own = "%s://%s" % (environ.get("wsgi.url_scheme", "http"), host)
+        if origin.rstrip("/").lower() != own.lower():
+            return "403 Forbidden", "cross-origin requests are refused (another site's page sent it)\n"
+    if soap and environ.get("REQUEST_METHOD") == "POST":
+        ctype = environ.get("CONTENT_TYPE", "").split(";", 1)[0].strip().lower()
+        if ctype not in SOAP_TYPES:
+            return ("415 Unsupported Media Type", "a SOAP request is text/xml (SOAP 1.1), not %r\n"
+                    % (ctype[:100] or "no Content-Type"))
+    return None
 
 
 class Router:
     def __init__(self, apps: dict[str, WsgiApplication], limits: Limits, portal_url: Callable[[], str],
-                 dashboard: Callable | None = None):
+                 dashboard: Callable | None = None, names: frozenset[str] = frozenset({"*"})):
         self.apps = apps          # mount point -> Spyne WSGI application
         self.limits = limits
         self.portal_url = portal_url
         self.dashboard = dashboard
+        self.names = names        # the Host names answered (see ``refusal``)
 
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "") or "/"
         method = environ.get("REQUEST_METHOD", "GET")
+        refused = refusal(environ, self.names, path.startswith(MOUNTS))
+        if refused is not None:
+            return self._plain(start_response, refused[0], refused[1].encode("utf-8"))
         if path.startswith("/cddlm/wsdl/") and method in ("GET", "HEAD"):
             data = static_file(path[len("/cddlm/wsdl/"):])
             if data is None:
@@ -130,8 +195,6 @@ class Router:
         environ["CONTENT_LENGTH"] = str(len(data))
         environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "").rstrip("/") + mount
         environ["PATH_INFO"] = environ.get("PATH_INFO", "")[len(mount):]
-        if not environ.get("CONTENT_TYPE"):
-            environ["CONTENT_TYPE"] = "text/xml; charset=utf-8"
         return self.apps[mount](environ, start_response)
 
     def _fault(self, start_response, exc):

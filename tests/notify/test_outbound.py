@@ -8,7 +8,7 @@ import pytest
 
 from cddlm.config import Settings
 from cddlm.errors import NotificationError
-from cddlm.notify.outbound import Sender, check_address
+from cddlm.notify.outbound import NO_ANSWER, Sender, check_address
 from tests.notify.helpers import black_hole, unreachable, wsgi_server
 
 LOOPBACK = ("127.0.0.0/8", "::1/128")
@@ -95,7 +95,8 @@ def test_accepted_requests_share_a_connection_and_a_soap_fault_is_an_error():
                      b'</faultstring></e:Fault></e:Body></e:Envelope>')
     with wsgi_server(fault) as url:
         error = Sender(settings()).post(url + "/c", b"<x/>", "urn:act")
-    assert error.startswith("HTTP 500") and "no thanks" in error
+    # the status, never bytes of the answer (a consumer address may be any service)
+    assert error == "the consumer answered HTTP 500" and "no thanks" not in error
 
 
 def test_redirects_are_not_followed():
@@ -117,11 +118,11 @@ def test_a_large_response_is_cut_and_a_slow_one_times_out():
     with wsgi_server(slow) as url:
         started = time.monotonic()
         error = Sender(quick).post(url + "/c", b"<x/>", "urn:act")
-        assert "timed out" in error and time.monotonic() - started < 0.9
+        assert error == NO_ANSWER and time.monotonic() - started < 0.9
     with black_hole() as hole:
         started = time.monotonic()
         error = Sender(quick).post(hole, b"<x/>", "urn:act")
-        assert "timed out" in error and time.monotonic() - started < 0.9
+        assert error == NO_ANSWER and time.monotonic() - started < 0.9
 
 
 def test_addresses_are_checked_again_before_every_request():
@@ -130,4 +131,4 @@ def test_addresses_are_checked_again_before_every_request():
         error = Sender(settings(consumer_networks=("10.0.0.0/8",))).post(url + "/c", b"<x/>", "urn:a")
     assert error.startswith("refused:") and recorder.requests == []
     error = Sender(settings()).post(unreachable(), b"<x/>", "urn:a")
-    assert error.startswith("cannot post to")
+    assert error == NO_ANSWER      # a closed port reads as a silent one: no port scanner

@@ -9,8 +9,9 @@ from lxml import etree
 
 from cddlm import ns
 from cddlm.application.options import Option
-from cddlm.errors import BadArgument, NotificationError
+from cddlm.errors import BadArgument, NotificationError, QueryError
 from cddlm.notify import messages, parse, topics
+from cddlm.xpathsafe import XPathPool
 
 SIMPLE, CONCRETE = ns.TOPIC_SIMPLE, ns.TOPIC_CONCRETE
 NSDECL = 'xmlns:wsnt="%s" xmlns:api="%s" xmlns:wsa="%s" xmlns:xsi="%s"' % (ns.WSNT, ns.API, ns.WSA, ns.XSI)
@@ -71,31 +72,47 @@ def sample(kind=topics.APPLICATION):
     return messages.SAMPLES[kind]()
 
 
+@pytest.fixture(scope="module")
+def pool():
+    p = XPathPool(1, seconds=2.0)
+    yield p
+    p.close()
+
+
+def trier(pool, kind=topics.APPLICATION):
+    """What the portal does at subscribe: try the filters on a sample, in a helper."""
+    def tried(filters):
+        try:
+            pool.filter(filters, [etree.tostring(sample(kind))], 2.0, strict=True)
+        except QueryError as e:
+            raise topics.fault("InvalidMessageContentExpressionFault", e.message) from None
+    return tried
+
+
 def test_no_filter_means_the_producers_topic_and_is_written_out():
-    f = topics.parse_filter(None, topics.APPLICATION, sample())
+    f = topics.parse_filter(None, topics.APPLICATION)
     assert f.topic == topics.LIFECYCLE and f.message_filters == ()
     written = etree.fromstring(f.xml)
     assert topics.topic_of(written[0], topics.APPLICATION) == topics.LIFECYCLE
 
 
-def test_message_content_filters_are_anded_and_follow_xpath_boolean_rules():
+def test_message_content_filters_are_anded_and_follow_xpath_boolean_rules(pool):
     holder = el('<wsnt:Filter NS><wsnt:TopicExpression Dialect="%s">api:Lifecycle</wsnt:TopicExpression>'
                 '<wsnt:MessageContent Dialect="%s">api:state</wsnt:MessageContent>'
                 '<wsnt:MessageContent Dialect="%s">api:sequence &gt; 1</wsnt:MessageContent></wsnt:Filter>'
                 % (SIMPLE, ns.XPATH_DIALECT, ns.XPATH_DIALECT))
-    f = topics.parse_filter(holder, topics.APPLICATION, sample())
-    compiled = topics.MessageFilter.from_json(f.message_filter_json())
+    f = topics.parse_filter(holder, topics.APPLICATION, trier(pool))
     assert json.loads(f.message_filter_json())[1][0] == "api:sequence > 1"
 
     def event(seq, state):
-        return messages.lifecycle_event({"ResourceId": "urn:uuid:1", "state": state, "timestamp": 0,
-                                         "sequence": seq})
-    assert compiled.matches(event(2, "running")) is True
-    assert compiled.matches(event(1, "instantiated")) is False
-    absolute = topics.MessageFilter([("/api:lifecycleEvent[api:state='failed']", {"api": ns.API})])
-    assert absolute.matches(event(3, "failed")) and not absolute.matches(event(3, "running"))
-    counting = topics.MessageFilter([("count(api:nothing)", {"api": ns.API})])   # 0.0 is false
-    assert counting.matches(event(3, "running")) is False
+        return etree.tostring(messages.lifecycle_event({"ResourceId": "urn:uuid:1", "state": state,
+                                                        "timestamp": 0, "sequence": seq}))
+    assert pool.filter(list(f.message_filters), [event(2, "running"), event(1, "instantiated")],
+                       2.0) == [True, False]
+    absolute = [("/api:lifecycleEvent[api:state='failed']", {"api": ns.API})]
+    assert pool.filter(absolute, [event(3, "failed"), event(3, "running")], 2.0) == [True, False]
+    counting = [("count(api:nothing)", {"api": ns.API})]    # 0.0 is false
+    assert pool.filter(counting, [event(3, "running")], 2.0) == [False]
 
 
 @pytest.mark.parametrize("content,fault", [
@@ -110,9 +127,10 @@ def test_message_content_filters_are_anded_and_follow_xpath_boolean_rules():
     ('<wsnt:ProducerProperties Dialect="%s">true()</wsnt:ProducerProperties>' % ns.XPATH_DIALECT,
      "InvalidFilterFault"),
 ])
-def test_bad_filters(content, fault):
+def test_bad_filters(content, fault, pool):
     with pytest.raises(NotificationError) as e:
-        topics.parse_filter(el("<wsnt:Filter NS>%s</wsnt:Filter>" % content), topics.APPLICATION, sample())
+        topics.parse_filter(el("<wsnt:Filter NS>%s</wsnt:Filter>" % content), topics.APPLICATION,
+                            trier(pool))
     assert e.value.fault == fault
     if fault == "InvalidFilterFault":
         assert e.value.children == (("{%s}UnknownFilter" % ns.WSNT, "{%s}ProducerProperties" % ns.WSNT),)

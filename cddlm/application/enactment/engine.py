@@ -56,7 +56,8 @@ class Engine:
         self.clock = clock
         self.url = url
         self.id = uuid.uuid4().hex
-        self.runners = {h.name: LocalRunner(h.name, h.workdir or os.path.join(settings.hosts_root, h.name))
+        self.runners = {h.name: LocalRunner(h.name, h.workdir or os.path.join(settings.hosts_root, h.name),
+                                            settings)
                         for h in hosts.hosts.values() if h.local}
         self._wake = threading.Event()
         self._stop = threading.Event()

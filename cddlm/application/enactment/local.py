@@ -4,6 +4,10 @@ Each host has its own directory (``STATE/hosts/HOST``); an application's files l
 ``apps/<id>/`` there and each component has its own working directory below that (its path),
 with ``stdout.log`` and ``stderr.log``.
 
+Logs are capped and rotated, and readiness follows them incrementally (``logs``); probes and
+readiness checks connect only where the outbound policy allows (``cddlm.netsafe``,
+``Settings.probe_networks``); a readiness ``log`` pattern is matched by RE2.
+
 Processes start in their own session (``setsid``), so stopping the portal stops none of them.
 They are launched through ``/bin/sh -c 'echo $$ > pidfile; exec "$@"'``: the pid file is
 written before the program runs, so a portal killed between the spawn and the database
@@ -22,17 +26,17 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from cddlm.application.enactment import confine, procfs
+from cddlm import netsafe
+from cddlm.application.enactment import confine, logs, procfs
 from cddlm.application.enactment.confine import Account, Escape
+from cddlm.budget import PatternError, user_regex
+from cddlm.config import Settings
 
 STDERR_TAIL_LINES = 20
 READINESS_TIMEOUT = 30.0    # seconds a readiness condition may take when it does not say
@@ -76,9 +80,10 @@ def _signal_name(num: int) -> str:
 
 
 class LocalRunner:
-    def __init__(self, host: str, root: str):
+    def __init__(self, host: str, root: str, settings: Settings | None = None):
         self.host = host
         self.root = os.path.abspath(root)
+        self.settings = settings or Settings()
         self._children: dict[int, subprocess.Popen] = {}   # pid -> Popen, this process's children
         self._lock = threading.Lock()
 
@@ -102,7 +107,8 @@ class LocalRunner:
         return self.component_dir(t.app_id, t.path)
 
     def remove_app(self, app_id: str) -> None:
-        shutil.rmtree(self.app_dir(app_id), ignore_errors=True)
+        logs.CAPPER.forget_below(self.app_dir(app_id))
+        shutil.rmtree(self.app_dir(app_id), ignore_errors=True)   # never follows links
 
     def stderr_tail(self, app_id: str, path: str, lines: int = STDERR_TAIL_LINES) -> str:
         return "\n".join(self.log_tail(app_id, path, "stderr", lines))
@@ -190,7 +196,7 @@ class LocalRunner:
         if t.attributes.get("substitute", True):
             content = _substitute(content, t.values)
         try:
-            mode = int(str(t.attributes.get("mode") or "0644"), 8)
+            mode = int(str(t.attributes.get("mode") or "0644"), 8) & 0o7777
         except ValueError:
             return Outcome("failed", "mode %r is not an octal number" % t.attributes.get("mode"))
         try:
@@ -216,7 +222,10 @@ class LocalRunner:
         if t.type == "probe":
             deadline = time.monotonic() + max(5.0, 5 * float(t.attributes.get("timeout") or 2))
             while True:
-                problem = probe(t.attributes)
+                try:
+                    problem = probe(t.attributes, self.settings.probe_networks)
+                except netsafe.Refused as e:     # the policy will not change: fail at once
+                    return Outcome("failed", "probe refused: %s" % e)
                 if problem is None:
                     return Outcome("running", runtime={"host": self.host})
                 if time.monotonic() > deadline:
@@ -281,6 +290,7 @@ class LocalRunner:
                 if isinstance(spawned, Outcome):
                     return spawned
                 pid, started = spawned
+        logs.CAPPER.watch(workdir, self.settings.limits.max_log_bytes)
         base = dict(pid=pid, pid_start=started,
                     runtime={"pid": pid, "host": self.host, "workdir": workdir})
         ready = t.attributes.get("readiness")
@@ -324,11 +334,26 @@ class LocalRunner:
         interval = float(ready.get("interval") or 0.1)
         deadline = time.monotonic() + timeout
         workdir = self.component_dir(t.app_id, t.path)
+        follower = None
+        if "log" in ready:
+            try:
+                # ^ and $ are the ends of a line, as in a log they are meant
+                follower = logs.Follower(workdir, user_regex(
+                    "(?m)" + str(ready["log"]), self.settings.limits.max_pattern_chars + 4))
+            except PatternError as e:
+                # a pattern recorded before patterns were checked (or a lazy one): the
+                # component fails with the reason, the portal goes on
+                self.stop_process(pid, started, "TERM", 2.0)
+                return Outcome("failed", "readiness log pattern: %s" % e, **base)
         while True:
             gone = self.check_process(pid, started)
             if gone is not None:
                 return self._failure(gone, base, "exited before it was ready: ")
-            problem = readiness(ready, workdir)
+            try:
+                problem = readiness(ready, workdir, self.settings.probe_networks, follower)
+            except netsafe.Refused as e:
+                self.stop_process(pid, started, "TERM", 2.0)
+                return Outcome("failed", "readiness check refused: %s" % e, **base)
             if problem is None:
                 return Outcome("running", **base)
             if time.monotonic() > deadline:
@@ -367,13 +392,20 @@ class LocalRunner:
 
     def check(self, t: Target, pid: int | None, started: str | None) -> Outcome | None:
         if t.type == "process":
-            return self.check_process(pid, started)
+            ended = self.check_process(pid, started)
+            if ended is None:   # running (perhaps adopted after a restart): cap its logs
+                logs.CAPPER.watch(self.component_dir(t.app_id, t.path),
+                                  self.settings.limits.max_log_bytes)
+            return ended
         if t.type == "file":
             full = self._file_path(t)
             return None if full and confine.exists(self.app_dir(t.app_id), str(t.attributes["path"])) \
                 else Outcome("failed", "file was removed")
         if t.type == "probe":
-            problem = probe(t.attributes)
+            try:
+                problem = probe(t.attributes, self.settings.probe_networks)
+            except netsafe.Refused as e:
+                problem = "probe refused: %s" % e
             return None if problem is None else Outcome("failed", problem)
         return None
 
@@ -386,6 +418,7 @@ class LocalRunner:
             sig = str(t.attributes.get("stop_signal") or "TERM")
             grace = float(t.attributes.get("grace") if t.attributes.get("grace") is not None else 5)
             result = self.stop_process(pid, started, sig, grace, keep_lease) if pid else None
+            logs.CAPPER.forget(self.component_dir(t.app_id, t.path))
             out = Outcome("stopped", pid=pid, pid_start=started)
             if result is not None:
                 out.exit_code, out.exit_signal = result.exit_code, result.exit_signal
@@ -457,52 +490,42 @@ def _substitute(text: str, values: Callable[[str], Any]) -> str:
     return _PLACEHOLDER.sub(repl, text)
 
 
-def _tcp(spec: str, timeout: float) -> str | None:
+def _tcp(spec: str, timeout: float, networks: tuple[str, ...]) -> str | None:
+    """None when HOST:PORT accepts a connection, else why not; ``netsafe.Refused`` when the
+    policy forbids connecting there."""
     host, _, port = str(spec).rpartition(":")
     try:
-        with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout):
-            return None
-    except (OSError, ValueError) as e:
-        return "tcp %s: %s" % (spec, getattr(e, "strerror", None) or e)
+        netsafe.tcp_check(host.strip("[]") or "127.0.0.1", int(port), networks, timeout=timeout)
+        return None
+    except ValueError:
+        return "tcp %s: not HOST:PORT" % spec
+    except netsafe.Unreachable as e:
+        return "tcp %s: %s" % (spec, e)
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *a, **k):
-        return None   # a redirect is an answer (3xx), not somewhere to go
-
-
-_OPENER = urllib.request.build_opener(_NoRedirect)
-
-
-def _http(url: str, timeout: float) -> str | None:
+def _http(url: str, timeout: float, networks: tuple[str, ...]) -> str | None:
     try:
-        with _OPENER.open(url, timeout=timeout) as r:
-            return None if r.status < 400 else "http %s: status %d" % (url, r.status)
-    except urllib.error.HTTPError as e:
-        return None if e.code < 400 else "http %s: status %d" % (url, e.code)
-    except (OSError, ValueError) as e:
-        return "http %s: %s" % (url, getattr(e, "reason", None) or e)
+        status = netsafe.http_status(url, networks, timeout=timeout)
+    except netsafe.Unreachable as e:
+        return "http %s: %s" % (url, e)
+    return None if status < 400 else "http %s: status %d" % (url, status)
 
 
-def readiness(ready: dict, workdir: str) -> str | None:
-    """None when the readiness condition holds, else what is missing."""
+def readiness(ready: dict, workdir: str, networks: tuple[str, ...],
+              follower: logs.Follower | None = None) -> str | None:
+    """None when the readiness condition holds, else what is missing. A ``log`` condition
+    needs the ``follower`` that remembers how far the logs were read."""
     if "tcp" in ready:
         spec = str(ready["tcp"])
-        return _tcp(spec if ":" in spec else "127.0.0.1:" + spec, 0.5)
+        return _tcp(spec if ":" in spec else "127.0.0.1:" + spec, 0.5, networks)
     if "http" in ready:
-        return _http(str(ready["http"]), 1.0)
+        return _http(str(ready["http"]), 1.0, networks)
     if "file" in ready:
         return None if confine.exists(workdir, str(ready["file"])) \
             else "file %s does not exist" % ready["file"]
     if "log" in ready:
-        pattern = re.compile(str(ready["log"]))
-        for name in ("stdout.log", "stderr.log"):
-            try:
-                data, _ = confine.read_tail(workdir, name, 1 << 30)
-            except (OSError, Escape):
-                continue
-            if pattern.search(data.decode("utf-8", "replace")):
-                return None
+        if follower is not None and follower.seen():
+            return None
         return "log line /%s/ not seen" % ready["log"]
     return None
 
@@ -525,10 +548,10 @@ def waiting(ready: dict, since: float, now: float) -> dict:
     return {"waitingFor": what, "waited": max(0.0, now - since), "timeout": timeout}
 
 
-def probe(attrs: dict) -> str | None:
+def probe(attrs: dict, networks: tuple[str, ...]) -> str | None:
     timeout = float(attrs.get("timeout") or 2.0)
     if attrs.get("tcp"):
-        return _tcp(str(attrs["tcp"]), timeout)
+        return _tcp(str(attrs["tcp"]), timeout, networks)
     if attrs.get("http"):
-        return _http(str(attrs["http"]), timeout)
+        return _http(str(attrs["http"]), timeout, networks)
     return "probe has neither tcp nor http"

@@ -1,0 +1,69 @@
+"""Components' logs: capped and rotated, followed from where they were read, never through a link."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from cddlm.application.enactment import logs
+from cddlm.budget import user_regex
+
+
+def test_logs_replaced_by_links_or_fifos_are_neither_followed_nor_opened(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("ready\n" + "x" * 5000)
+    work = tmp_path / "c"
+    work.mkdir()
+    os.symlink(victim, work / "stdout.log")
+    os.mkfifo(work / "stderr.log")
+    started = time.monotonic()
+    assert not logs.Follower(str(work), user_regex("(?m)^ready$", 100)).seen()
+    assert not logs.rotate(str(work / "stdout.log"), 100)
+    assert not logs.rotate(str(work / "stderr.log"), 100)
+    assert time.monotonic() - started < 1 and victim.read_text().startswith("ready")
+    os.unlink(work / "stdout.log")
+    (work / "stdout.log").write_text("y" * 5000 + "\n")
+    os.symlink(victim, work / "stdout.log.1")      # planted where the rotated part goes
+    assert logs.rotate(str(work / "stdout.log"), 100)
+    assert victim.read_text().startswith("ready") and not (work / "stdout.log.1").is_symlink()
+
+
+def test_a_follower_reads_only_what_is_new_and_restarts_after_rotation(tmp_path):
+    out = tmp_path / "stdout.log"
+    follower = logs.Follower(str(tmp_path), user_regex("(?m)^ready$", 100))   # as local.py does
+    assert not follower.seen()
+    out.write_bytes(b"x" * (3 * logs.CHUNK) + b"\npartial rea")
+    assert not follower.seen() and not follower.seen() and not follower.seen()
+    with open(out, "ab") as f:
+        f.write(b"dy\n")
+    assert not follower.seen()                 # "partial ready" is not the line "ready"
+    with open(out, "ab") as f:
+        f.write(b"ready\n")
+    assert follower.seen()
+    out.write_bytes(b"ready\n")                # truncated and rewritten: read again from 0
+    assert follower.seen()
+
+
+def test_rotation_keeps_the_last_cap_bytes_from_a_line(tmp_path):
+    out = tmp_path / "stdout.log"
+    out.write_bytes(b"".join(b"line %06d\n" % i for i in range(10_000)))
+    assert logs.rotate(str(out), 1000)
+    kept = (tmp_path / "stdout.log.1").read_bytes()
+    assert len(kept) <= 1000 and kept.startswith(b"line ") and kept.endswith(b"line 009999\n")
+    assert out.stat().st_size == 0
+    assert not logs.rotate(str(out), 1000)
+
+
+def test_the_capper_keeps_a_growing_log_near_its_cap(tmp_path):
+    capper = logs.Capper()
+    capper.watch(str(tmp_path), 64 * 1024)
+    with open(tmp_path / "stderr.log", "ab") as f:
+        for _ in range(40):
+            f.write(b"y" * 8191 + b"\n")
+            f.flush()
+            time.sleep(0.02)
+    capper.check()
+    assert (tmp_path / "stderr.log").stat().st_size <= 64 * 1024
+    assert (tmp_path / "stderr.log.1").exists()
+    capper.forget_below(str(tmp_path.parent))
+    assert capper.watched() == {}
