@@ -143,10 +143,11 @@ def test_cleanup_on_failure_leaves_nothing(shared_portal, tmp_path):
 
 def test_a_failure_prints_stderr_and_what_is_still_running(shared_portal, tmp_path):
     failing = descriptor(tmp_path / "fails.xml",
-                         # x fails a moment after both started, so y has its pid by then
+                         # x fails a moment after both started, so y has its pid by then (and
+                         # within the settle time deploy watches for a failure)
                          process("x", ["sh", "-c", "sleep 1; echo broken >&2; exit 7"]),
                          process("y", ["sleep", "300"]))
-    r = cddlm("deploy", str(failing), portal=shared_portal.url, check=False)
+    r = cddlm("deploy", str(failing), "--settle", "10", portal=shared_portal.url, check=False)
     assert r.returncode == 1 and "exited with status 7" in r.stderr and "broken" in r.stderr
     assert re.search(r"fails is failed; still running: y \(pid \d+\)", r.stderr)
     cddlm("terminate", "fails", portal=shared_portal.url)
