@@ -19,8 +19,10 @@ import threading
 import time
 from typing import Callable
 
+from cddlm import agents as agent_clients
 from cddlm import httpserver
 from cddlm.application.enactment.engine import Engine
+from cddlm.application.enactment.remote import Agents, RemoteRunner
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
 from cddlm.application.store import Store, open_sqlite_file, sqlite_file
@@ -200,7 +202,13 @@ class Portal:
         scheme = "https" if settings.tls_cert else "http"
         self.url = settings.public_url or "%s://%s:%d" % (scheme, settings.host, settings.port)
         self.hosts = load_hosts(settings)
-        self.engine = Engine(self.store, settings, self.hosts, clock=clock, url=self.url)
+        # hosts whose agent is another portal: a remote runner each, and a monitor of them all
+        make_portal = agent_clients.factory(settings)
+        remote = lambda h: RemoteRunner(h, self.store, settings, make_portal, clock)  # noqa: E731
+        self.engine = Engine(self.store, settings, self.hosts, clock=clock, url=self.url,
+                             remote=remote)
+        remotes = {n: r for n, r in self.engine.runners.items() if isinstance(r, RemoteRunner)}
+        self.agents = Agents(self.store, settings, remotes, clock) if remotes else None
         self.engine.accounts = Accounts(sec.run_as, self.users.account if self.users else lambda _: None)
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)
         # users' XPath is evaluated in helper processes with a budget: queries in one pool,
@@ -275,6 +283,9 @@ class Portal:
         self.scheduler = BackgroundScheduler(daemon=True)
         self.scheduler.add_job(self.engine.check_all, "interval", seconds=self.settings.liveness_interval,
                                id="liveness", max_instances=1, coalesce=True)
+        if self.agents is not None:
+            self.scheduler.add_job(self.check_agents, "interval", seconds=self.agents.interval(),
+                                   id="agents", max_instances=1, coalesce=True)
         self.scheduler.add_job(self.service.expire, "interval", seconds=1.0, id="termination-time",
                                max_instances=1, coalesce=True)
         self.scheduler.add_job(self.authenticator.prune, "interval", seconds=60.0, id="nonces",
@@ -283,6 +294,16 @@ class Portal:
         # everything built so far lives as long as the portal: keep it out of the collector's
         # full passes, which otherwise stall requests longer the more the portal has loaded
         gc.freeze()
+
+    def check_agents(self) -> None:
+        """One round of the host monitor; a host just marked down fails its components now."""
+        try:
+            went_down, came_up = self.agents.check()
+        except StoreUnavailable as e:
+            log.warning("host monitor skipped: %s", e)
+            return
+        for host in went_down + came_up:
+            self.engine.check_all(host)
 
     def stop(self) -> None:
         if self._stopped.is_set():
@@ -294,6 +315,8 @@ class Portal:
             self.scheduler.shutdown(wait=False)
         self.delivery.stop()
         self.engine.stop()
+        if self.agents is not None:
+            self.agents.close()
         self.queries.close()
         self.filters.close()
         self.store.dispose()

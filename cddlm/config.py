@@ -102,6 +102,12 @@ class Settings:
     liveness_interval: float = 2.0           # scheduled check of every running component
     hosts_dir: str | None = None             # local hosts' directories (default STATE/hosts);
                                              # portals sharing a store must share this too
+    # hosts whose agent is another portal (application/enactment/remote.py, docs/multihost.md)
+    agent_credentials_file: str | None = None   # TOML: how this portal signs in to host portals
+    agent_lease: float = 10.0                # a host portal silent this long is unreachable
+    agent_timeout: float = 5.0               # seconds one call to a host portal may take
+    agent_mode: bool = False                 # --agent: a host portal (lean: no datacenter)
+    fence_seconds: float | None = None       # host side: terminate delegated parts not renewed
     # descriptors: where references and imports may be read from (application/loader.py)
     import_path: tuple[str, ...] = ()        # folders searched for classpath:/ imports (also readable)
     allowed_descriptor_dirs: tuple[str, ...] = ()   # file: references and imports only below these

@@ -34,8 +34,7 @@ class Placer:
         if default_host:
             for _, comp in placed_paths(deployment):
                 comp.attributes.setdefault("host", default_host)
-        # hosts whose agent is another portal need delegation, which this portal does not do yet
-        unusable = set(down) | {h.name for h in self.hosts.hosts.values() if not h.local}
+        unusable = set(down)
         if self.hosts.datacenter is not None:
             return self._solve(self.hosts.datacenter, deployment, used, unusable)
         if deployment.policies:

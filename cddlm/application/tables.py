@@ -220,3 +220,27 @@ nonces = Table(                                              # WS-Security nonce
     Column("expires", Float, nullable=False),
 )
 Index("ix_nonces_expires", nonces.c.expires)
+
+delegations = Table(                                         # a host's share on a host portal
+    "delegations", metadata,
+    Column("token", String(64), primary_key=True),           # the client-token: app+generation+host+group
+    Column("app_id", String(64), nullable=False),
+    Column("host", String(256), nullable=False),
+    Column("grp", String(64), nullable=False),               # the start group ("0", "1.2" ...)
+    Column("generation", Integer, nullable=False),           # the front application's, at initialize
+    Column("address", String(1024), nullable=True),          # the sub-application's EPR
+    Column("resource_id", String(256), nullable=True),
+    Column("asked", String(32), nullable=False),             # created|initialized|running|terminated|destroyed
+    Column("remote_state", String(32), nullable=True),       # what the host portal last said
+    Column("info", Text, nullable=True),                     # the remote reason of a failure
+    Column("updated", Float, nullable=False),
+)
+Index("ix_delegations_app_id", delegations.c.app_id)
+
+agents = Table(                                              # host portals: when they last answered
+    "agents", metadata,
+    Column("host", String(256), primary_key=True),
+    Column("last_ok", Float, nullable=True),
+    Column("last_error", Text, nullable=True),
+    Column("checked", Float, nullable=False),
+)

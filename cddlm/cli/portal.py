@@ -77,6 +77,10 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
                         security=Security(users_file=args.users, run_as=args.run_as,
                                           insecure=args.insecure),
                         quotas=Quotas(**quotas(args.quota)))
+    if args.agent and args.datacenter:
+        raise UsageError("--agent serves one host (this machine): it takes no --datacenter")
+    settings = settings.replace(agent_mode=args.agent, agent_credentials_file=args.agent_credentials,
+                                agent_lease=args.agent_lease, agent_timeout=args.agent_timeout)
     if args.consumer_network:
         settings = settings.replace(consumer_networks=tuple(args.consumer_network))
     if args.probe_network:
@@ -177,6 +181,16 @@ def register(sub) -> None:
                     help="where the portal keeps its database, logs and component directories")
     sv.add_argument("--datacenter", metavar="FILE", help="datacenter file (YAML/JSON) of hosts")
     sv.add_argument("--public-url", metavar="URL", help="base URL to put in EPRs (behind a proxy)")
+    sv.add_argument("--agent", action="store_true",
+                    help="serve as a host portal that front portals delegate to (lean: one local "
+                         "host, no --datacenter; docs/multihost.md)")
+    sv.add_argument("--agent-credentials", metavar="FILE",
+                    help="TOML: the user/password/token and TLS files this portal uses to call the "
+                         "host portals its datacenter names as agents (docs/multihost.md)")
+    sv.add_argument("--agent-lease", type=float, default=10.0, metavar="S",
+                    help="a host portal silent this long is marked unreachable (default 10)")
+    sv.add_argument("--agent-timeout", type=float, default=5.0, metavar="S",
+                    help="seconds one call to a host portal may take (default 5)")
     sv.add_argument("--import-path", action="append", metavar="DIR",
                     help="folder searched for classpath:/ descriptor imports (repeatable)")
     sv.add_argument("--consumer-network", action="append", metavar="CIDR",

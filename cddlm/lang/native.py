@@ -241,3 +241,45 @@ class _Reader:
 
 
 LANGUAGE = _Native()
+
+
+# -- writing: a component tree as a native document (what a front portal sends a host portal) --
+def to_xml(components: list[Component]) -> etree._Element:
+    """``components`` (with their children) as an ``application`` document of this language.
+    Lazy values stay lazy (``lazy="true"``): the receiving portal resolves them on its host."""
+    root = etree.Element(ns.qname(N, "application"), nsmap={None: N})
+    for comp in components:
+        _write_component(root, comp)
+    return root
+
+
+def _write_component(parent: etree._Element, comp: Component) -> None:
+    el = etree.SubElement(parent, ns.qname(N, "component"), name=comp.name, type=comp.type)
+    for name, value in comp.attributes.items():
+        if value == {} or value == [] or value is None:
+            continue    # the language has no empty map or list: the type's default is that
+        _write_value(etree.SubElement(el, ns.qname(N, "attribute"), name=name), value)
+    for child in comp.children:
+        _write_component(el, child)
+
+
+def _write_value(el: etree._Element, value: Value) -> None:
+    if isinstance(value, Lazy):
+        if value.kind == "ref":
+            etree.SubElement(el, ns.qname(N, "ref"), path=value.target, lazy="true")
+        else:
+            ref = etree.SubElement(el, ns.qname(N, "property"), name=value.target, lazy="true")
+            if value.default is not None:
+                ref.set("default", str(value.default))
+            if value.integer:
+                ref.set("type", "integer")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _write_value(etree.SubElement(el, ns.qname(N, "item"), name=str(key)), item)
+    elif isinstance(value, list):
+        for item in value:
+            _write_value(etree.SubElement(el, ns.qname(N, "item")), item)
+    elif isinstance(value, bool):
+        el.text = "true" if value else "false"
+    elif value is not None:
+        el.text = str(value)

@@ -25,11 +25,11 @@ from sqlalchemy import select
 from cddlm.application import lifecycle
 from cddlm.application import repository as repo
 from cddlm.application.enactment import queue, states
-from cddlm.application.enactment.local import LocalRunner, Lost, Outcome, Target
+from cddlm.application.enactment.local import Later, LocalRunner, Lost, Outcome, Target
 from cddlm.application.enactment.reconcile import reconcile
 from cddlm.application.enactment.values import HostValues
 from cddlm.application.enactment.watch import ExitWatcher
-from cddlm.application.hosts import Hosts
+from cddlm.application.hosts import Host, Hosts
 from cddlm.application.store import Store
 from cddlm.application.tables import components
 from cddlm.config import Settings
@@ -49,7 +49,8 @@ class Superseded(Exception):
 
 class Engine:
     def __init__(self, store: Store, settings: Settings, hosts: Hosts, *,
-                 clock: Callable[[], float] = time.time, url: str | None = None):
+                 clock: Callable[[], float] = time.time, url: str | None = None,
+                 remote: Callable[[Host], object] | None = None):
         self.store = store
         self.settings = settings
         self.hosts = hosts
@@ -59,6 +60,10 @@ class Engine:
         self.runners = {h.name: LocalRunner(h.name, h.workdir or os.path.join(settings.hosts_root, h.name),
                                             settings)
                         for h in hosts.hosts.values() if h.local}
+        # the runner seam: hosts whose agent is another portal get the runner ``remote``
+        # makes (application/enactment/remote.py); the engine asks any runner the same way
+        self.runners.update({h.name: remote(h) for h in hosts.hosts.values()
+                             if not h.local and remote is not None})
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -164,6 +169,8 @@ class Engine:
                     self._perform(item)
                 except Superseded:
                     self._drop(item)
+                except Later as e:
+                    self._later(item, e.delay)
                 except Lost:
                     log.info("lost the lease of %s %s/%s", item.action, item.app_id, item.path)
                 except StoreUnavailable as e:
@@ -179,6 +186,14 @@ class Engine:
             queue.finish(conn, item.id)
             _, added = reconcile(conn, item.app_id, self.clock())
         self._after(added)
+
+    def _later(self, item: queue.Item, delay: float) -> None:
+        """The runner asked to be asked again (a remote host busy or silent)."""
+        try:
+            with self.store.write() as conn:
+                queue.retry_later(conn, item.id, self.id, self.clock() + delay)
+        except StoreUnavailable:
+            pass
 
     def _give_up(self, item: queue.Item) -> None:
         """An unexpected error: retry later with back-off; after 5 attempts fail the component."""
@@ -371,7 +386,10 @@ class Engine:
                 continue
             runner = self.runners.get(comp.host or "")
             if comp.host in down:
-                outcomes[comp.path] = Outcome("failed", _down_message(comp.host, down[comp.host]))
+                where = getattr(runner, "where", None)   # a remote host: name its sub-application
+                outcomes[comp.path] = Outcome("failed", "%s%s" % (
+                    _down_message(comp.host, down[comp.host]),
+                    " (%s)" % where(app_id, comp.path) if where else ""))
             elif runner is not None:
                 try:
                     target = self._target(app, comps, comp)

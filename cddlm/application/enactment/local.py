@@ -72,6 +72,15 @@ class Lost(Exception):
     """The worker lost its lease while waiting: stop, another worker owns the item now."""
 
 
+class Later(Exception):
+    """A runner cannot finish the action yet (a remote host is busy or silent): the engine
+    asks again after ``delay`` seconds, holding no worker meanwhile."""
+
+    def __init__(self, delay: float, why: str = ""):
+        super().__init__(why)
+        self.delay = delay
+
+
 def _signal_name(num: int) -> str:
     try:
         return signal.Signals(num).name

@@ -1,0 +1,449 @@
+"""The remote runner: enacts the components placed on a host whose agent is another portal.
+
+The front portal (this one) enacts each host's share of an application as one **delegated
+sub-application** on that host's portal, through the ordinary deployment API: ``create`` with
+``urn:cddlm:option:client-token`` derived from the application, its generation, the host and
+the start group (so a retried or re-adopted delegation never makes a second one),
+``initialize`` with the share as a native descriptor (the same component paths as here),
+``run``, ``terminate`` and ``destroy``. Everything about a delegation is a row of the
+``delegations`` table, written *before* the remote call it prepares, so a front portal killed
+at any point finds it again after a restart and repeats the call safely.
+
+Start groups keep ``sequence`` order across hosts: a host's leaves that some sequence orders
+differently (the leaf of step 0 and the leaf of step 2 of one sequence) go to different
+sub-applications, started when the engine's planner starts them; leaves that no sequence
+orders against each other share one.
+
+The engine calls this runner per component as it calls the local runner (deploy, start,
+stop, check). Each call reads the sub-application's status (one ``ping``, shared by the
+calls of a short moment); a sub-application not there yet answers ``Later``: the work item is
+asked again shortly, holding no worker. A host portal that does not answer is the host
+monitor's business (``Agents``): after the lease it marks the host down, which fails its
+components and the application with a reason naming the host.
+
+This module speaks to host portals through ``HostPortal`` objects that the composition root
+makes from ``cddlm.client`` (``cddlm/agents.py``): the application layer knows runners, not
+transports.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from sqlalchemy import insert, select, update
+
+from cddlm.application import repository as repo
+from cddlm.application.enactment.local import Later, Outcome, Target
+from cddlm.application.hosts import Host
+from cddlm.application.store import Store
+from cddlm.application.tables import agents, delegations, hosts as hosts_table
+from cddlm.config import Settings
+from cddlm.errors import CddlmError, RemoteFault
+from cddlm.lang import native
+from cddlm.lang.model import Component, Deployment
+
+log = logging.getLogger(__name__)
+
+STATUS_TTL = 0.3        # seconds one ping of a sub-application answers for every component
+DOWN_PREFIX = "unreachable"     # the reason the host monitor gives; only it lifts such a mark
+CONTAINERS = ("compound", "sequence", "parallel")
+
+
+class AgentUnreachable(CddlmError):
+    """The host portal did not answer (connection refused, timeout, garbage)."""
+
+
+class Gone(CddlmError):
+    """The host portal no longer knows the sub-application (destroyed, or never made)."""
+
+
+@dataclass
+class Status:
+    """A sub-application as its portal reports it (``ping``)."""
+    state: str
+    components: dict[str, tuple[str, str]] = field(default_factory=dict)   # path -> (state, detail)
+    reason: str | None = None       # terminationInfo's reason, when it has ended
+
+
+@dataclass(frozen=True)
+class Ref:
+    address: str
+    resource_id: str
+
+
+class HostPortal(Protocol):
+    """What the runner needs of a host portal; faults come as ``RemoteFault`` (``cause`` the
+    fault's XML), silence as ``AgentUnreachable``, an unknown sub-application as ``Gone``."""
+    url: str
+
+    def create(self, token: str) -> Ref: ...
+    def initialize(self, ref: Ref, descriptor: Any, token: str) -> None: ...
+    def run(self, ref: Ref) -> None: ...
+    def terminate(self, ref: Ref, reason: str) -> None: ...
+    def destroy(self, ref: Ref) -> None: ...
+    def status(self, ref: Ref) -> Status: ...
+    def probe(self) -> None: ...
+
+
+PortalFactory = Callable[[Host], HostPortal]
+
+
+# -- pure parts ---------------------------------------------------------------------------------
+def start_groups(tree: Deployment) -> dict[str, str]:
+    """Each leaf's start group: the indices of its ancestors among their sequence siblings
+    (``"0"`` for leaves no sequence orders). Two leaves of one group start together safely."""
+    out: dict[str, str] = {}
+
+    def visit(comp: Component, path: str, key: tuple[str, ...]) -> None:
+        if comp.type not in CONTAINERS:
+            out[path] = ".".join(key) or "0"
+            return
+        for i, child in enumerate(comp.children):
+            visit(child, path + "/" + child.name, key + ((str(i),) if comp.type == "sequence" else ()))
+
+    for root in tree.components:
+        visit(root, root.name, ())
+    return out
+
+
+def token_for(app_id: str, generation: int, host: str, group: str) -> str:
+    """The client-token of a delegation: the same inputs, the same sub-application."""
+    raw = "%s|%d|%s|%s" % (app_id, generation, host, group)
+    return "cddlm-" + hashlib.sha256(raw.encode("utf-8")).hexdigest()[:40]
+
+
+def share(tree: Deployment, paths: set[str]) -> list[Component]:
+    """The part of ``tree`` holding the leaves ``paths``, with their ancestors (as compounds,
+    keeping names so paths stay the same); the ``host`` pin is this portal's concern only."""
+    def cut(comp: Component, path: str) -> Component | None:
+        if comp.type not in CONTAINERS:
+            if path not in paths:
+                return None
+            return Component(comp.name, comp.type,
+                             {k: v for k, v in comp.attributes.items() if k != "host"})
+        kids = [c for c in (cut(ch, path + "/" + ch.name) for ch in comp.children) if c]
+        return Component(comp.name, "compound", {}, kids) if kids else None
+
+    return [c for c in (cut(r, r.name) for r in tree.components) if c]
+
+
+def describe(host: str, ref: Ref | None, reason: str) -> str:
+    where = "sub-application %s" % ref.resource_id if ref and ref.resource_id else "its sub-application"
+    return "host %s, %s: %s" % (host, where, reason)
+
+
+# -- the runner -----------------------------------------------------------------------------------
+class RemoteRunner:
+    remote = True
+
+    def __init__(self, host: Host, store: Store, settings: Settings, factory: PortalFactory,
+                 clock: Callable[[], float] = time.time):
+        self.host = host
+        self.store = store
+        self.settings = settings
+        self.factory = factory
+        self.clock = clock
+        self._portal: HostPortal | None = None
+        self._lock = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+        self._status: dict[str, tuple[float, Status]] = {}
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def portal(self) -> HostPortal:
+        with self._lock:
+            if self._portal is None:
+                self._portal = self.factory(self.host)
+            return self._portal
+
+    def _token_lock(self, token: str) -> threading.Lock:
+        with self._lock:
+            return self._locks.setdefault(token, threading.Lock())
+
+    def component_dir(self, app_id: str, path: str) -> str:
+        return ""
+
+    def stderr_tail(self, app_id: str, path: str, lines: int = 20) -> str:
+        return ""
+
+    def remove_app(self, app_id: str) -> None:
+        """The front application is destroyed: destroy what is left of its delegations here."""
+        with self.store.read() as conn:
+            rows = conn.execute(select(delegations).where(delegations.c.app_id == app_id,
+                                                          delegations.c.host == self.host.name)).all()
+        for row in rows:
+            if row.asked != "destroyed" and row.address:
+                try:
+                    ref = Ref(row.address, row.resource_id or "")
+                    self.portal().terminate(ref, "the front application was destroyed")
+                    self.portal().destroy(ref)
+                except (Gone, RemoteFault):
+                    pass
+                except AgentUnreachable as e:
+                    log.warning("cannot destroy %s on host %s: %s", row.resource_id, self.host.name, e)
+                    continue
+            with self.store.write() as conn:
+                conn.execute(delegations.delete().where(delegations.c.token == row.token))
+
+    def where(self, app_id: str, path: str) -> str:
+        """Where ``path`` runs, for failure messages: the host and its sub-application."""
+        row = self._row(app_id, path)
+        ref = Ref(row.address, row.resource_id or "") if row is not None and row.address else None
+        return describe(self.host.name, ref, "")[:-2]
+
+    # -- delegation rows --------------------------------------------------------------------------
+    def _app(self, app_id: str) -> tuple[repo.App, Deployment, dict[str, str]]:
+        with self.store.read() as conn:
+            app = repo.get_app(conn, app_id)
+            comps = repo.get_components(conn, app_id) if app else []
+        if app is None:
+            raise Gone("application %s is gone" % app_id)
+        tree = Deployment.from_json(app.deployment or {})
+        placed = {c.path: c.host for c in comps}
+        return app, tree, placed
+
+    def _group(self, tree: Deployment, path: str) -> str:
+        return start_groups(tree).get(path, "0")
+
+    def _row(self, app_id: str, path: str) -> Any:
+        """The newest delegation of this host holding ``path`` (None: never delegated)."""
+        with self.store.read() as conn:
+            app = repo.get_app(conn, app_id)
+            if app is None:
+                return None
+            group = self._group(Deployment.from_json(app.deployment or {}), path)
+            return conn.execute(select(delegations).where(
+                delegations.c.app_id == app_id, delegations.c.host == self.host.name,
+                delegations.c.grp == group).order_by(delegations.c.generation.desc())).first()
+
+    def _ensure(self, app_id: str, path: str) -> Any:
+        """The delegation holding ``path``: recorded, created and initialized on the host
+        portal (each step recorded before it is taken, and repeatable)."""
+        app, tree, placed = self._app(app_id)
+        group = self._group(tree, path)
+        token = token_for(app_id, app.generation, self.host.name, group)
+        with self._token_lock(token):
+            now = self.clock()
+            with self.store.write() as conn:
+                row = conn.execute(select(delegations).where(delegations.c.token == token)).first()
+                if row is None:
+                    conn.execute(insert(delegations).values(
+                        token=token, app_id=app_id, host=self.host.name, grp=group,
+                        generation=app.generation, asked="created", updated=now))
+                    row = conn.execute(select(delegations).where(delegations.c.token == token)).first()
+            if row.address is None:
+                ref = self.portal().create(token)
+                self._set(token, address=ref.address, resource_id=ref.resource_id)
+            else:
+                ref = Ref(row.address, row.resource_id or "")
+            if row.asked == "created":
+                groups = start_groups(tree)
+                mine = {p for p, h in placed.items() if h == self.host.name and groups.get(p) == group}
+                self.portal().initialize(ref, native.to_xml(share(tree, mine)), token)
+                self._set(token, asked="initialized")
+            with self.store.read() as conn:
+                return conn.execute(select(delegations).where(delegations.c.token == token)).first()
+
+    def _set(self, token: str, **values: Any) -> None:
+        with self.store.write() as conn:
+            conn.execute(update(delegations).where(delegations.c.token == token)
+                         .values(updated=self.clock(), **values))
+
+    def status(self, row: Any, fresh: bool = False) -> Status:
+        """The sub-application's status, pinged at most every ``STATUS_TTL`` seconds."""
+        now = time.monotonic()
+        cached = self._status.get(row.token)
+        if cached and not fresh and now - cached[0] < STATUS_TTL:
+            return cached[1]
+        with self._token_lock(row.token + "/status"):
+            cached = self._status.get(row.token)
+            if cached and not fresh and time.monotonic() - cached[0] < STATUS_TTL:
+                return cached[1]
+            st = self.portal().status(Ref(row.address, row.resource_id or ""))
+            self._status[row.token] = (time.monotonic(), st)
+            if st.state != row.remote_state:
+                self._set(row.token, remote_state=st.state, info=st.reason)
+            return st
+
+    def forget(self, app_id: str | None = None) -> None:
+        """Drop cached statuses (a notification came: the next look pings again)."""
+        self._status.clear()
+
+    # -- the runner interface -----------------------------------------------------------------------
+    def _outcome(self, row: Any, st: Status, path: str, wanted: tuple[str, ...]) -> Outcome | None:
+        ref = Ref(row.address, row.resource_id or "")
+        runtime = {"subApplication": row.address, "subApplicationId": row.resource_id,
+                   "hostPortal": self.portal().url}
+        state, detail = st.components.get(path, ("", ""))
+        if state in wanted:
+            return Outcome(wanted[0] if state not in ("completed",) else "completed", runtime=runtime)
+        if state == "failed" or st.state == "failed":
+            reason = detail or st.reason or "failed"
+            return Outcome("failed", describe(self.host.name, ref, reason), runtime=runtime)
+        if st.state == "terminated" and state not in wanted:
+            return Outcome("failed", describe(self.host.name, ref, "ended: %s" % (st.reason or "terminated")),
+                           runtime=runtime)
+        return None
+
+    def _call(self, fn: Callable[[], Outcome]) -> Outcome:
+        try:
+            return fn()
+        except AgentUnreachable as e:
+            raise Later(1.0, str(e)) from None
+        except RemoteFault as e:
+            return Outcome("failed", describe(self.host.name, None, "the host portal answered "
+                                              "with a fault: %s" % e.message),
+                           runtime={"remoteFault": e.cause} if e.cause else {})
+
+    def deploy(self, t: Target) -> Outcome:
+        def go() -> Outcome:
+            row = self._ensure(t.app_id, t.path)
+            st = self.status(row)
+            out = self._outcome(row, st, t.path, ("deployed", "starting", "running", "completed"))
+            if out is None:
+                raise Later(0.3, "the sub-application is still deploying")
+            return out
+        return self._call(go)
+
+    def start(self, t: Target, known_pid: int | None, known_start: str | None, keep_lease) -> Outcome:
+        def go() -> Outcome:
+            row = self._ensure(t.app_id, t.path)
+            if row.asked == "initialized":
+                with self._token_lock(row.token):
+                    st = self.status(row, fresh=True)
+                    if st.state == "instantiated":
+                        raise Later(0.3, "the sub-application is still deploying")
+                    if st.state == "initialized":
+                        self.portal().run(Ref(row.address, row.resource_id or ""))
+                    self._set(row.token, asked="running")
+            st = self.status(row)
+            out = self._outcome(row, st, t.path, ("running", "completed"))
+            if out is None:
+                raise Later(0.3, "the sub-application is still starting")
+            return out
+        return self._call(go)
+
+    def check(self, t: Target, pid: int | None, started: str | None) -> Outcome | None:
+        row = self._row(t.app_id, t.path)
+        if row is None or row.address is None:
+            return None
+        try:
+            st = self.status(row)
+        except AgentUnreachable:
+            return None     # the host monitor decides when silence is a failure
+        except Gone:
+            return Outcome("failed", describe(self.host.name, Ref(row.address, row.resource_id or ""),
+                                              "the host portal no longer knows it"))
+        except RemoteFault as e:
+            return Outcome("failed", describe(self.host.name, None, "fault: %s" % e.message))
+        return self._outcome(row, st, t.path, ("running", "completed", "starting", "deployed"))
+
+    def stop(self, t: Target, pid: int | None, started: str | None, keep_lease) -> Outcome:
+        row = self._row(t.app_id, t.path)
+        if row is None or row.address is None or row.asked == "destroyed":
+            return Outcome("stopped")
+        ref = Ref(row.address, row.resource_id or "")
+        try:
+            with self._token_lock(row.token):
+                if row.asked != "terminated":
+                    self.portal().terminate(ref, "terminated by its front portal")
+                    self._set(row.token, asked="terminated")
+                st = self.status(row, fresh=True)
+                if st.state == "terminated":
+                    self.portal().destroy(ref)
+                    self._set(row.token, asked="destroyed")
+                    return Outcome("stopped")
+            state, _ = st.components.get(t.path, ("", ""))
+            if state in ("stopped", "failed", "pending"):
+                return Outcome("stopped")
+            raise Later(0.3, "the sub-application is still stopping")
+        except Gone:
+            self._set(row.token, asked="destroyed")
+            return Outcome("stopped")
+        except AgentUnreachable as e:
+            raise Later(1.0, str(e)) from None
+        except RemoteFault as e:
+            raise Later(2.0, "fault while terminating: %s" % e.message) from None
+
+
+# -- the host monitor -------------------------------------------------------------------------------
+class Agents:
+    """Pings every host portal on a schedule; one silent for ``Settings.agent_lease`` is
+    marked down (reason ``unreachable: ...``), and marked up again when it answers."""
+
+    def __init__(self, store: Store, settings: Settings, runners: dict[str, RemoteRunner],
+                 clock: Callable[[], float] = time.time):
+        self.store = store
+        self.settings = settings
+        self.runners = runners
+        self.clock = clock
+        self._pool = ThreadPoolExecutor(max_workers=max(1, min(16, len(runners))),
+                                        thread_name_prefix="cddlm-agent")
+
+    def interval(self) -> float:
+        return max(0.5, self.settings.agent_lease / 4)
+
+    def _probe(self, runner: RemoteRunner) -> str | None:
+        try:
+            runner.portal().probe()
+            return None
+        except (AgentUnreachable, RemoteFault, Gone) as e:
+            return str(e)
+        except Exception as e:      # a garbage answer is silence too
+            return "%s: %s" % (type(e).__name__, e)
+
+    def check(self) -> tuple[list[str], list[str]]:
+        """One round; returns (hosts newly down, hosts back up)."""
+        names = list(self.runners)
+        results = dict(zip(names, self._pool.map(lambda n: self._probe(self.runners[n]), names)))
+        now = self.clock()
+        went_down, came_up = [], []
+        with self.store.write() as conn:
+            known = {r.host: r for r in conn.execute(select(agents)).all()}
+            marks = {r.name: r for r in conn.execute(select(hosts_table)).all()}
+            for name, error in results.items():
+                row = known.get(name)
+                if row is None:
+                    conn.execute(insert(agents).values(host=name, last_ok=now if error is None else None,
+                                                       last_error=error, checked=now))
+                    last_ok = now if error is None else now   # a new host gets one lease of grace
+                    if error is not None:
+                        conn.execute(update(agents).where(agents.c.host == name).values(last_ok=now))
+                else:
+                    last_ok = now if error is None else (row.last_ok or row.checked)
+                    conn.execute(update(agents).where(agents.c.host == name).values(
+                        last_ok=last_ok, last_error=error, checked=now))
+                mark = marks.get(name)
+                down = mark is not None and mark.down
+                if error is None and down and (mark.reason or "").startswith(DOWN_PREFIX):
+                    self._mark(conn, name, False, None, now)
+                    came_up.append(name)
+                elif error is not None and not down and now - last_ok >= self.settings.agent_lease:
+                    reason = "%s: %s gave no answer for %.0f s (lease %.0f s): %s" % (
+                        DOWN_PREFIX, self.runners[name].host.agent, now - last_ok,
+                        self.settings.agent_lease, error)
+                    self._mark(conn, name, True, reason, now)
+                    went_down.append(name)
+        for name in went_down:
+            log.warning("host %s is unreachable: marked down", name)
+        for name in came_up:
+            log.info("host %s answers again: marked up", name)
+        if went_down or came_up:
+            for runner in self.runners.values():
+                runner.forget()
+        return went_down, came_up
+
+    @staticmethod
+    def _mark(conn, name: str, down: bool, reason: str | None, now: float) -> None:
+        done = conn.execute(update(hosts_table).where(hosts_table.c.name == name)
+                            .values(down=down, reason=reason, updated=now)).rowcount
+        if not done:
+            conn.execute(insert(hosts_table).values(name=name, down=down, reason=reason, updated=now))
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False)

@@ -1,0 +1,156 @@
+"""A small real cluster for the multi-host tests and the benchmark: host portals
+(``cddlm portal serve --agent``) each in a network namespace of its own (tests/netns.py), or on
+loopback addresses 127.0.0.N where namespaces cannot be made, and a front portal whose
+datacenter names them as agents, signing in with ``--agent-credentials``."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.conftest import ROOT, LivePortal
+from tests.netns import Cluster, unavailable_reason
+
+FRONT_USER, FRONT_PASSWORD = "front", "front-secret-123"
+AGENT_PORT = 18480
+
+
+@dataclass
+class HostPortal:
+    name: str
+    address: str
+    state: Path
+    netns: object | None           # tests.netns.Host, or None on loopback
+    proc: subprocess.Popen | None = None
+    url: str = ""
+    log: object = None
+
+    def start(self, timeout: float = 60.0) -> "HostPortal":
+        users = self.state.parent / ("%s-users.json" % self.name)
+        if not users.exists():
+            from cddlm.application.users import UsersFile
+            UsersFile(str(users)).add(FRONT_USER, FRONT_PASSWORD, "user", digest=True)
+        self.state.mkdir(parents=True, exist_ok=True)
+        argv = [sys.executable, "-m", "cddlm.cli", "portal", "serve", "--agent",
+                "--host", self.address, "--port", str(AGENT_PORT), "--state-dir", str(self.state),
+                "--users", str(users), "--insecure", "--liveness-interval", "0.5"]
+        self.log = open(self.state.parent / ("%s-%d.log" % (self.name, time.time_ns())), "wb")
+        kwargs = dict(stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT)
+        self.proc = self.netns.popen(argv, **kwargs) if self.netns else subprocess.Popen(argv, **kwargs)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if line.startswith(b"portal ready at "):
+                self.url = line.decode().split("portal ready at ", 1)[1].strip()
+                return self
+            if not line and self.proc.poll() is not None:
+                break
+        raise RuntimeError("host portal %s did not start (see %s)" % (self.name, self.log.name))
+
+    def kill(self) -> None:
+        """SIGKILL the portal only: its components keep running."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()   # `ip netns exec` execs the portal: this is its pid
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc is not None and self.proc.stdout:
+            self.proc.stdout.close()
+        self.proc = None
+
+    def runs_here(self, pid: int) -> bool:
+        if self.netns is None:
+            return True
+        return self.netns.runs_here(pid)
+
+
+@dataclass
+class MultiHost:
+    folder: Path
+    n: int = 3
+    front_args: list[str] = field(default_factory=list)
+    lease: float = 3.0
+    db: str | None = None
+    racks: int = 1
+    hosts: list[HostPortal] = field(default_factory=list)
+    front: LivePortal | None = None
+    netns: Cluster | None = None
+
+    def __enter__(self) -> "MultiHost":
+        try:
+            if unavailable_reason() is None:
+                self.netns = Cluster(self.n).__enter__()
+                places = [(h.name, h.address, h) for h in self.netns.hosts]
+            else:
+                places = [("lo%d" % i, "127.0.0.%d" % (i + 1), None) for i in range(1, self.n + 1)]
+            for i, (ns_name, address, netns) in enumerate(places, 1):
+                self.hosts.append(HostPortal("h%d" % i, address, self.folder / ("h%d" % i), netns))
+            for h in self.hosts:
+                h.start()
+            self.write_config()
+            self.start_front()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def write_config(self) -> None:
+        per_rack = -(-self.n // self.racks)
+        racks = []
+        for r in range(self.racks):
+            members = self.hosts[r * per_rack:(r + 1) * per_rack]
+            racks.append({"name": "rack%d" % (r + 1), "level": "rack", "children": [
+                {"name": h.name, "level": "host", "agent": h.url,
+                 "capacity": {"slots": 100000}} for h in members]})
+        dc = {"resources": ["slots"], "levels": ["site", "rack", "host"],
+              "location": [{"name": "site", "level": "site", "children": racks}]}
+        (self.folder / "datacenter.json").write_text(json.dumps(dc))
+        creds = self.folder / "agents.toml"
+        creds.write_text('[default]\nuser = "%s"\npassword = "%s"\n' % (FRONT_USER, FRONT_PASSWORD))
+        os.chmod(creds, 0o600)
+
+    def start_front(self) -> LivePortal:
+        state = self.folder / "front"
+        state.mkdir(exist_ok=True)
+        self.front = LivePortal(state, db=self.db, extra=[
+            "--datacenter", str(self.folder / "datacenter.json"),
+            "--agent-credentials", str(self.folder / "agents.toml"),
+            "--agent-lease", str(self.lease), "--agent-timeout", "3",
+            "--liveness-interval", "0.5"] + self.front_args).start()
+        return self.front
+
+    def close(self) -> None:
+        if self.front is not None:
+            self.front.stop()
+        for h in self.hosts:
+            h.stop()
+        if self.netns is not None:
+            self.netns.close()
+        else:
+            for h in self.hosts:
+                kill_components(h.state)
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def kill_components(state: Path) -> None:
+    """Kill what a loopback host portal left running (its components' pid files)."""
+    for pidfile in state.glob("hosts/*/apps/*/**/pid"):
+        try:
+            os.killpg(int(pidfile.read_text().strip()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
