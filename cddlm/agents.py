@@ -123,9 +123,14 @@ class ClientHostPortal:
     def status(self, ref: Ref) -> Status:
         r = self._do(lambda: self._app(ref).ping())
         info = r.get("terminationInfo") or {}
+        fault = info.get("fault")
         return Status(r.get("state") or "", {h["path"]: (h.get("state") or "", h.get("detail") or "")
                                             for h in r.get("health") or [] if h.get("path")},
-                      info.get("reason"))
+                      info.get("reason"),
+                      etree.tostring(fault, encoding="unicode") if fault is not None else None)
+
+    def subscribe(self, ref: Ref, consumer: str) -> None:
+        self._do(lambda: self._app(ref).subscribe(consumer, termination=None))
 
     def probe(self) -> None:
         self._do(lambda: self.portal._probe(self.portal.url))

@@ -204,7 +204,9 @@ class Portal:
         self.hosts = load_hosts(settings)
         # hosts whose agent is another portal: a remote runner each, and a monitor of them all
         make_portal = agent_clients.factory(settings)
-        remote = lambda h: RemoteRunner(h, self.store, settings, make_portal, clock)  # noqa: E731
+        callback = lambda: settings.agent_callback_url or self.url  # noqa: E731
+        remote = lambda h: RemoteRunner(h, self.store, settings, make_portal, clock,  # noqa: E731
+                                        callback)
         self.engine = Engine(self.store, settings, self.hosts, clock=clock, url=self.url,
                              remote=remote)
         remotes = {n: r for n, r in self.engine.runners.items() if isinstance(r, RemoteRunner)}
@@ -241,7 +243,8 @@ class Portal:
                                settings.limits, self.portal_url, self.dashboard,
                                None if local else self.authenticator.soap,
                                wsgi.own_names(settings.host, settings.public_url,
-                                              settings.allowed_hosts))
+                                              settings.allowed_hosts),
+                               notified=self.agent_notified if self.agents else None)
         self.scheduler = None
         self.server: httpserver.HttpServer | None = None
         self._stopped = threading.Event()
@@ -294,6 +297,17 @@ class Portal:
         # everything built so far lives as long as the portal: keep it out of the collector's
         # full passes, which otherwise stall requests longer the more the portal has loaded
         gc.freeze()
+
+    def agent_notified(self, host: str) -> None:
+        """A host portal says a sub-application changed: look at that host now (a thread of the
+        scheduler, not the HTTP worker's)."""
+        runner = self.engine.runners.get(host)
+        if self.agents is None or not isinstance(runner, RemoteRunner) or self.scheduler is None:
+            return
+        runner.forget()
+        self.scheduler.add_job(self.engine.check_all, args=[host], id="agent-notified-" + host,
+                               replace_existing=True, misfire_grace_time=30)
+        self.engine.wake()
 
     def check_agents(self) -> None:
         """One round of the host monitor; a host just marked down fails its components now."""

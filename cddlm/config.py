@@ -106,6 +106,7 @@ class Settings:
     agent_credentials_file: str | None = None   # TOML: how this portal signs in to host portals
     agent_lease: float = 10.0                # a host portal silent this long is unreachable
     agent_timeout: float = 5.0               # seconds one call to a host portal may take
+    agent_callback_url: str | None = None    # base URL host portals notify (default: ours)
     agent_mode: bool = False                 # --agent: a host portal (lean: no datacenter)
     fence_seconds: float | None = None       # host side: terminate delegated parts not renewed
     # descriptors: where references and imports may be read from (application/loader.py)

@@ -80,7 +80,8 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
     if args.agent and args.datacenter:
         raise UsageError("--agent serves one host (this machine): it takes no --datacenter")
     settings = settings.replace(agent_mode=args.agent, agent_credentials_file=args.agent_credentials,
-                                agent_lease=args.agent_lease, agent_timeout=args.agent_timeout)
+                                agent_lease=args.agent_lease, agent_timeout=args.agent_timeout,
+                                agent_callback_url=args.agent_callback)
     if args.consumer_network:
         settings = settings.replace(consumer_networks=tuple(args.consumer_network))
     if args.probe_network:
@@ -187,6 +188,9 @@ def register(sub) -> None:
     sv.add_argument("--agent-credentials", metavar="FILE",
                     help="TOML: the user/password/token and TLS files this portal uses to call the "
                          "host portals its datacenter names as agents (docs/multihost.md)")
+    sv.add_argument("--agent-callback", metavar="URL",
+                    help="base URL at which host portals reach this portal to notify it (default: "
+                         "its own URL)")
     sv.add_argument("--agent-lease", type=float, default=10.0, metavar="S",
                     help="a host portal silent this long is marked unreachable (default 10)")
     sv.add_argument("--agent-timeout", type=float, default=5.0, metavar="S",

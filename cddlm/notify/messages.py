@@ -17,8 +17,9 @@ from dataclasses import dataclass
 
 from lxml import etree
 
-from cddlm import ns, wsa
+from cddlm import ns, wsa, xmlsafe
 from cddlm.application.repository import PORTAL_PRODUCER
+from cddlm.errors import CddlmError
 from cddlm.application.service import app_address
 from cddlm.notify import topics
 from cddlm.xmlsafe import clean
@@ -52,14 +53,31 @@ def termination_info(info: dict) -> etree._Element:
     if info.get("stderr"):
         _sub(el, "stderr", info["stderr"])
     if not info.get("normal"):
-        fault = etree.SubElement(_sub(el, "fault", None), A + "DeploymentFault",
+        remote = info.get("remote")
+        # a failure on a host portal is an api:RemoteFault, the host portal's own fault inside
+        fault = etree.SubElement(_sub(el, "fault", None), A + ("RemoteFault" if remote else
+                                                               "DeploymentFault"),
                                  nsmap={"wsrf-bf": ns.WSRF_BF})
         bf = "{%s}" % ns.WSRF_BF
         etree.SubElement(fault, bf + "Timestamp").text = format_datetime(
             float(info["time"]) if info.get("time") is not None else 0.0)
         etree.SubElement(fault, bf + "Description").text = clean(
             info.get("reason") or "the application failed")
+        cause = _remote_cause(remote) if remote else None
+        if cause is not None:
+            etree.SubElement(fault, bf + "FaultCause").append(cause)
     return el
+
+
+def _remote_cause(remote: dict) -> etree._Element | None:
+    """The host portal's fault element, kept as XML text; None when there is none or it does
+    not parse (a host portal may send anything)."""
+    if not remote.get("fault"):
+        return None
+    try:
+        return xmlsafe.parse(str(remote["fault"]).encode("utf-8"))
+    except CddlmError:
+        return None
 
 
 def lifecycle_event(data: dict) -> etree._Element:

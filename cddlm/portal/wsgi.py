@@ -75,7 +75,8 @@ SCHEMAS = ("api.xsd", "ext.xsd", "rp-2.xsd", "rl-2.xsd", "b-2.xsd")
 
 def build(endpoints: dict[str, Endpoint], limits: Limits, portal_url: Callable[[], str],
           dashboard: Callable | None = None, authenticate: soap.Authenticate | None = None,
-          names: frozenset[str] = frozenset({"*"})) -> "Router":
+          names: frozenset[str] = frozenset({"*"}),
+          notified: Callable[[str], None] | None = None) -> "Router":
     """The WSGI application for these endpoints (mount point -> endpoint), with ``dashboard``
     (a WSGI application) answering every other path. Every SOAP request is authenticated by
     ``authenticate`` (none: local mode); the WSDL and its schemas are public. ``names`` are
@@ -84,9 +85,10 @@ def build(endpoints: dict[str, Endpoint], limits: Limits, portal_url: Callable[[
     apps = {mount: WsgiApplication(soap.application(ep, validator, limits, portal_url, authenticate),
                                    max_content_length=limits.max_body_bytes + 1)
             for mount, ep in endpoints.items()}
-    return Router(apps, limits, portal_url, dashboard, names)
+    return Router(apps, limits, portal_url, dashboard, names, notified)
 
 
+AGENTS = "/cddlm/agents/"      # where host portals notify this portal (application/enactment/remote.py)
 SOAP_TYPES = ("text/xml", "application/soap+xml")   # SOAP 1.1, and 1.2 (refused as a version)
 
 
@@ -140,8 +142,12 @@ def refusal(environ: dict, names: frozenset[str], soap: bool) -> tuple[str, str]
 
 class Router:
     def __init__(self, apps: dict[str, WsgiApplication], limits: Limits, portal_url: Callable[[], str],
-                 dashboard: Callable | None = None, names: frozenset[str] = frozenset({"*"})):
+                 dashboard: Callable | None = None, names: frozenset[str] = frozenset({"*"}),
+                 notified: Callable[[str], None] | None = None):
         self.apps = apps          # mount point -> Spyne WSGI application
+        # a host portal's notification of a delegated sub-application (AGENTS + host name):
+        # only a hint to ping that host now, so it needs no credentials and its body is unread
+        self.notified = notified
         self.limits = limits
         self.portal_url = portal_url
         self.dashboard = dashboard
@@ -160,6 +166,10 @@ class Router:
             if path.endswith(".wsdl"):
                 data = wsdl_for(self.portal_url(), absolute_imports=False)
             return self._send(start_response, "200 OK", "text/xml; charset=utf-8", data)
+        if path.startswith(AGENTS) and method == "POST" and self.notified is not None:
+            environ["wsgi.input"].read(min(int(environ.get("CONTENT_LENGTH") or 0), 1 << 20))
+            self.notified(path[len(AGENTS):].strip("/")[:256])
+            return self._plain(start_response, "202 Accepted", b"")
         for mount in MOUNTS:
             if path == mount or path.startswith(mount + "/"):
                 if method == "GET" and "wsdl" in environ.get("QUERY_STRING", "").lower():

@@ -125,7 +125,9 @@ class MultiHost:
     def start_front(self) -> LivePortal:
         state = self.folder / "front"
         state.mkdir(exist_ok=True)
-        self.front = LivePortal(state, db=self.db, extra=[
+        # in namespaces the front listens on the bridge, where host portals can notify it
+        where = ["--host", self.netns.gateway, "--insecure"] if self.netns else []
+        self.front = LivePortal(state, db=self.db, extra=where + [
             "--datacenter", str(self.folder / "datacenter.json"),
             "--agent-credentials", str(self.folder / "agents.toml"),
             "--agent-lease", str(self.lease), "--agent-timeout", "3",

@@ -21,6 +21,8 @@ def failure_info(comp: repo.Component) -> dict:
         info["signal"] = comp.exit_signal
     if comp.runtime.get("stderr"):
         info["stderr"] = comp.runtime["stderr"]
+    if comp.runtime.get("remote"):       # enacted by a host portal: its host, sub-application, fault
+        info["remote"] = comp.runtime["remote"]
     return info
 
 

@@ -69,6 +69,7 @@ class Status:
     state: str
     components: dict[str, tuple[str, str]] = field(default_factory=dict)   # path -> (state, detail)
     reason: str | None = None       # terminationInfo's reason, when it has ended
+    fault: str | None = None        # terminationInfo's fault element (XML), when it failed
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class HostPortal(Protocol):
     def destroy(self, ref: Ref) -> None: ...
     def status(self, ref: Ref) -> Status: ...
     def probe(self) -> None: ...
+    def subscribe(self, ref: Ref, consumer: str) -> None: ...
 
 
 PortalFactory = Callable[[Host], HostPortal]
@@ -133,6 +135,13 @@ def share(tree: Deployment, paths: set[str]) -> list[Component]:
     return [c for c in (cut(r, r.name) for r in tree.components) if c]
 
 
+def remote_info(host: str, portal: str, ref: Ref | None, reason: str, fault: str | None) -> dict:
+    """What a failure's terminationInfo says of the remote side (messages.termination_info
+    turns it into an ``api:RemoteFault`` with the remote fault in ``wsrf-bf:FaultCause``)."""
+    return {"host": host, "hostPortal": portal, "subApplication": ref.resource_id if ref else None,
+            "reason": reason, "fault": fault}
+
+
 def describe(host: str, ref: Ref | None, reason: str) -> str:
     where = "sub-application %s" % ref.resource_id if ref and ref.resource_id else "its sub-application"
     return "host %s, %s: %s" % (host, where, reason)
@@ -143,8 +152,11 @@ class RemoteRunner:
     remote = True
 
     def __init__(self, host: Host, store: Store, settings: Settings, factory: PortalFactory,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time,
+                 callback: Callable[[], str | None] | None = None):
         self.host = host
+        # the base URL host portals notify this portal at (None: no push, pings only)
+        self.callback = callback or (lambda: settings.agent_callback_url)
         self.store = store
         self.settings = settings
         self.factory = factory
@@ -245,9 +257,22 @@ class RemoteRunner:
                 groups = start_groups(tree)
                 mine = {p for p, h in placed.items() if h == self.host.name and groups.get(p) == group}
                 self.portal().initialize(ref, native.to_xml(share(tree, mine)), token)
+                self._subscribe(ref)
                 self._set(token, asked="initialized")
             with self.store.read() as conn:
                 return conn.execute(select(delegations).where(delegations.c.token == token)).first()
+
+    def _subscribe(self, ref: Ref) -> None:
+        """Push: the host portal notifies this portal of the sub-application's lifecycle
+        (``--agent-callback``, else its own URL). Only a hint to look now; the pings decide, so a
+        host portal that refuses the subscription is still followed."""
+        consumer = self.callback()
+        if not consumer:
+            return
+        try:
+            self.portal().subscribe(ref, consumer.rstrip("/") + "/cddlm/agents/" + self.host.name)
+        except (RemoteFault, Gone) as e:
+            log.info("host %s refused the lifecycle subscription: %s (pings follow it)", self.host.name, e)
 
     def _set(self, token: str, **values: Any) -> None:
         with self.store.write() as conn:
@@ -282,12 +307,12 @@ class RemoteRunner:
         state, detail = st.components.get(path, ("", ""))
         if state in wanted:
             return Outcome(wanted[0] if state not in ("completed",) else "completed", runtime=runtime)
-        if state == "failed" or st.state == "failed":
-            reason = detail or st.reason or "failed"
+        if state == "failed" or st.state == "failed" or st.state == "terminated":
+            reason = detail or st.reason or st.state
+            if st.state == "terminated" and state != "failed":
+                reason = "ended: %s" % (st.reason or "terminated")
+            runtime["remote"] = remote_info(self.host.name, self.host.agent, ref, reason, st.fault)
             return Outcome("failed", describe(self.host.name, ref, reason), runtime=runtime)
-        if st.state == "terminated" and state not in wanted:
-            return Outcome("failed", describe(self.host.name, ref, "ended: %s" % (st.reason or "terminated")),
-                           runtime=runtime)
         return None
 
     def _call(self, fn: Callable[[], Outcome]) -> Outcome:
@@ -296,9 +321,9 @@ class RemoteRunner:
         except AgentUnreachable as e:
             raise Later(1.0, str(e)) from None
         except RemoteFault as e:
-            return Outcome("failed", describe(self.host.name, None, "the host portal answered "
-                                              "with a fault: %s" % e.message),
-                           runtime={"remoteFault": e.cause} if e.cause else {})
+            reason = "the host portal answered with a fault: %s" % e.message
+            return Outcome("failed", describe(self.host.name, None, reason), runtime={
+                "remote": remote_info(self.host.name, self.host.agent, None, reason, e.cause)})
 
     def deploy(self, t: Target) -> Outcome:
         def go() -> Outcome:
@@ -340,7 +365,9 @@ class RemoteRunner:
             return Outcome("failed", describe(self.host.name, Ref(row.address, row.resource_id or ""),
                                               "the host portal no longer knows it"))
         except RemoteFault as e:
-            return Outcome("failed", describe(self.host.name, None, "fault: %s" % e.message))
+            reason = "the host portal answered with a fault: %s" % e.message
+            return Outcome("failed", describe(self.host.name, None, reason), runtime={
+                "remote": remote_info(self.host.name, self.host.agent, None, reason, e.cause)})
         return self._outcome(row, st, t.path, ("running", "completed", "starting", "deployed"))
 
     def stop(self, t: Target, pid: int | None, started: str | None, keep_lease) -> Outcome:
