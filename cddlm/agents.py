@@ -111,6 +111,11 @@ class ClientHostPortal:
         self._do(lambda: self._app(ref).initialize(ns.NATIVE, body=descriptor,
                                                    options={opts.CLIENT_TOKEN: token}))
 
+    def initialize_foreign(self, ref: Ref, language: str, text: str, properties: dict[str, str],
+                           token: str) -> None:
+        self._do(lambda: self._app(ref).initialize(language, text=text, properties=properties or None,
+                                                   options={opts.CLIENT_TOKEN: token}))
+
     def run(self, ref: Ref) -> None:
         self._do(lambda: self._app(ref).run())
 

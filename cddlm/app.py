@@ -22,7 +22,8 @@ from typing import Callable
 from cddlm import agents as agent_clients
 from cddlm import httpserver
 from cddlm.application.enactment.engine import Engine
-from cddlm.application.enactment.remote import Agents, RemoteRunner
+from cddlm.application.enactment.remote import Agents, DelegateRunner, RemoteRunner
+from cddlm.application.loader import Loader
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
 from cddlm.application.store import Store, open_sqlite_file, sqlite_file
@@ -207,8 +208,11 @@ class Portal:
         callback = lambda: settings.agent_callback_url or self.url  # noqa: E731
         remote = lambda h: RemoteRunner(h, self.store, settings, make_portal, clock,  # noqa: E731
                                         callback)
+        read = Loader.for_portal(settings)     # a delegate's descriptor file, as initialize reads one
+        delegate = lambda url: DelegateRunner(url, self.store, settings, make_portal,  # noqa: E731
+                                              read, clock, callback)
         self.engine = Engine(self.store, settings, self.hosts, clock=clock, url=self.url,
-                             remote=remote)
+                             remote=remote, delegate=delegate)
         remotes = {n: r for n, r in self.engine.runners.items() if isinstance(r, RemoteRunner)}
         self.agents = Agents(self.store, settings, remotes, clock) if remotes else None
         self.engine.accounts = Accounts(sec.run_as, self.users.account if self.users else lambda _: None)

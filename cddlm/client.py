@@ -614,9 +614,13 @@ class Application:
                 "lines": [line.text or "" for line in r.iterfind(EXT + "line")]}
 
     def resolve(self, path: str) -> Any:
+        """A value, or for a delegated sub-application its ``Reference`` (an EPR elsewhere)."""
         with self.portal.zeep.settings(raw_response=True):
             response = self._call("resolve", path=path)
-        return _value(_body(response, self.reference.address)[0][0])
+        found = _body(response, self.reference.address)[0][0]
+        if found.tag == A + "applicationReference":
+            return _epr_reference(found)
+        return _value(found)
 
     def property(self, local: str, namespace: str = ns.API) -> list[etree._Element]:
         return self._invoke(lambda: _get_property(self.portal, self.service, self.reference.address,

@@ -71,6 +71,13 @@ class Ping:
     health: list[dict]
 
 
+@dataclass(frozen=True)
+class SubApplication:
+    """A component's sub-application on another portal (what ``resolve`` of a delegate gives)."""
+    address: str
+    resource_id: str
+
+
 class Service:
     def __init__(self, store: Store, settings: Settings, hosts: Hosts | None = None, *,
                  clock: Callable[[], float] = time.time, engine: Any = None,
@@ -304,10 +311,6 @@ class Service:
         deployment = result.deployment
         tenancy.check_components(principal.admin, sum(1 for _ in deployment.walk()),
                                  self.settings.quotas)
-        delegated = [p for p, c in deployment.walk() if c.type == "delegate"]
-        if delegated:
-            raise DeploymentFailed("component %s is a delegate: this portal cannot delegate to "
-                                   "another portal yet" % ", ".join(delegated))
         with self.store.read() as conn:
             used = self._used_capacity(conn)
             down = set(repo.down_hosts(conn))
@@ -529,11 +532,12 @@ class Service:
             comps = repo.get_components(conn, app_id)
         rows = {c.path: c for c in comps}
         node = tree.find(path) if path else None
-        # Not yet (issue 12, item 11, needs delegation): a delegated sub-application (a
-        # ``delegate`` component) resolves to its applicationReference, the remote portal's
-        # EPR, not to its attributes; the schema's resolveResponse already offers that choice.
-        # Return the delegate's recorded EPR here when node.type == "delegate", and let
-        # portal/handlers.resolve write it with messages.app_reference.
+        # a delegated sub-application (a ``delegate`` component) resolves to its EPR on the
+        # other portal (resolveResponse's applicationReference), once it has one
+        if node is not None and node.type == "delegate" and path in rows \
+                and rows[path].runtime.get("subApplication"):
+            runtime = rows[path].runtime
+            return SubApplication(runtime["subApplication"], runtime.get("subApplicationId") or "")
         host_of = lambda p: (rows[p].host if p in rows else "") or ""
         workdir = lambda p: rows[p].workdir if p in rows and rows[p].workdir else ""
         if node is not None:

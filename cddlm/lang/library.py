@@ -169,7 +169,8 @@ TYPES: dict[str, ComponentType] = {t.name: t for t in [
         "language": Attr("str", required=True),
         "descriptor": Attr("any", required=True),
         "properties": Attr("strmap", default={}),
-    }, doc="part of a deployment enacted by another portal"),
+    }, placed=False, doc="part of a deployment enacted by another portal (it names the portal: "
+       "no host here)"),
 ]}
 
 

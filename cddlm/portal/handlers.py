@@ -16,7 +16,7 @@ from cddlm import __version__, ns, wsa
 from cddlm.application import options as opts
 from cddlm.application.repository import PORTAL_PRODUCER, App
 from cddlm.application.secrets import visible_properties
-from cddlm.application.service import Service
+from cddlm.application.service import Service, SubApplication
 from cddlm.application.views import Views
 from cddlm.errors import (BadArgument, ResourceNotDestroyed, ResourceUnknown,
                           TerminationTimeChangeRejected)
@@ -242,6 +242,9 @@ class Handlers:
     def resolve(self, req: Request) -> etree._Element:
         app = self.app(req)
         value = self.service.resolve(app.id, m.text(req.body, "path") or "")
+        if isinstance(value, SubApplication):
+            return m.element("resolveResponse", wsa.epr(m.q("applicationReference"), value.address,
+                                                        value.resource_id or None))
         return m.element("resolveResponse", m.value_element("value", value))
 
     def logs(self, req: Request) -> etree._Element:

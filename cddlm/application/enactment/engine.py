@@ -50,7 +50,8 @@ class Superseded(Exception):
 class Engine:
     def __init__(self, store: Store, settings: Settings, hosts: Hosts, *,
                  clock: Callable[[], float] = time.time, url: str | None = None,
-                 remote: Callable[[Host], object] | None = None):
+                 remote: Callable[[Host], object] | None = None,
+                 delegate: Callable[[str], object] | None = None):
         self.store = store
         self.settings = settings
         self.hosts = hosts
@@ -64,6 +65,8 @@ class Engine:
         # makes (application/enactment/remote.py); the engine asks any runner the same way
         self.runners.update({h.name: remote(h) for h in hosts.hosts.values()
                              if not h.local and remote is not None})
+        self.delegate = delegate     # portal URL -> the runner of ``delegate`` components
+        self.delegates: dict[str, object] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -129,6 +132,19 @@ class Engine:
     def host_down(conn, host: str | None) -> str | None:
         down = repo.down_hosts(conn)
         return _down_message(host, down[host]) if host in down else None
+
+    def runner_for(self, app: repo.App, comp: repo.Component):
+        """Who enacts ``comp``: its host's runner, or for a ``delegate`` the portal it names."""
+        if comp.type == "delegate":
+            node = self.tree(app).find(comp.path)
+            url = node.attributes.get("portal") if node is not None else None
+            if self.delegate is None or not isinstance(url, str):
+                return None
+            with self._trees_lock:
+                if url not in self.delegates:
+                    self.delegates[url] = self.delegate(url)
+                return self.delegates[url]
+        return self.runners.get(comp.host or "")
 
     def values(self, app: repo.App, comps: list[repo.Component], comp: repo.Component) -> HostValues:
         runner = self.runners.get(comp.host or "")
@@ -243,7 +259,7 @@ class Engine:
         if item.generation < app.generation and item.action != "stop":
             self._drop(item)
             return
-        runner = self.runners.get(comp.host or "")
+        runner = self.runner_for(app, comp)
         keep = self._keep_lease(item)
         if runner is None or (down and item.action != "stop"):
             # a host marked down still has its local processes: a stop stops them
@@ -384,7 +400,7 @@ class Engine:
         for comp in chosen:
             if comp.observed != states.RUNNING or comp.type in states.CONTAINERS:
                 continue
-            runner = self.runners.get(comp.host or "")
+            runner = self.runner_for(app, comp)
             if comp.host in down:
                 where = getattr(runner, "where", None)   # a remote host: name its sub-application
                 outcomes[comp.path] = Outcome("failed", "%s%s" % (
@@ -470,7 +486,7 @@ class Engine:
 
     # -- hosts --------------------------------------------------------------------------------
     def remove_app_files(self, app_id: str) -> None:
-        for runner in self.runners.values():
+        for runner in list(self.runners.values()) + list(self.delegates.values()):
             runner.remove_app(app_id)
 
 

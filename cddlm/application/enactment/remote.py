@@ -90,6 +90,8 @@ class HostPortal(Protocol):
     def destroy(self, ref: Ref) -> None: ...
     def status(self, ref: Ref) -> Status: ...
     def probe(self) -> None: ...
+    def initialize_foreign(self, ref: Ref, language: str, text: str, properties: dict[str, str],
+                           token: str) -> None: ...
     def subscribe(self, ref: Ref, consumer: str) -> None: ...
 
 
@@ -254,13 +256,18 @@ class RemoteRunner:
             else:
                 ref = Ref(row.address, row.resource_id or "")
             if row.asked == "created":
-                groups = start_groups(tree)
-                mine = {p for p, h in placed.items() if h == self.host.name and groups.get(p) == group}
-                self.portal().initialize(ref, native.to_xml(share(tree, mine)), token)
+                self._initialize(ref, token, tree, placed, group, path)
                 self._subscribe(ref)
                 self._set(token, asked="initialized")
             with self.store.read() as conn:
                 return conn.execute(select(delegations).where(delegations.c.token == token)).first()
+
+    def _initialize(self, ref: Ref, token: str, tree: Deployment, placed: dict[str, str],
+                    group: str, path: str) -> None:
+        """Send the share: this host's leaves of ``group`` as a native descriptor."""
+        groups = start_groups(tree)
+        mine = {p for p, h in placed.items() if h == self.host.name and groups.get(p) == group}
+        self.portal().initialize(ref, native.to_xml(share(tree, mine)), token)
 
     def _subscribe(self, ref: Ref) -> None:
         """Push: the host portal notifies this portal of the sub-application's lifecycle
@@ -300,13 +307,22 @@ class RemoteRunner:
         self._status.clear()
 
     # -- the runner interface -----------------------------------------------------------------------
-    def _outcome(self, row: Any, st: Status, path: str, wanted: tuple[str, ...]) -> Outcome | None:
+    def _component(self, st: Status, path: str) -> tuple[str, str]:
+        """The state and detail of the component at ``path`` in the sub-application."""
+        return st.components.get(path, ("", ""))
+
+    def _outcome(self, row: Any, st: Status, path: str, wanted: tuple[str, ...],
+                 event: str) -> Outcome | None:
+        """``event`` when the component is in one of the ``wanted`` states; a failure (naming
+        the host, the sub-application and the remote reason) when it or the sub-application
+        failed or ended; None while it is on its way."""
         ref = Ref(row.address, row.resource_id or "")
         runtime = {"subApplication": row.address, "subApplicationId": row.resource_id,
-                   "hostPortal": self.portal().url}
-        state, detail = st.components.get(path, ("", ""))
+                   "hostPortal": self.host.agent}
+        state, detail = self._component(st, path)
         if state in wanted:
-            return Outcome(wanted[0] if state not in ("completed",) else "completed", runtime=runtime)
+            return Outcome("completed" if state == "completed" and event != "deployed" else event,
+                           runtime=runtime)
         if state == "failed" or st.state == "failed" or st.state == "terminated":
             reason = detail or st.reason or st.state
             if st.state == "terminated" and state != "failed":
@@ -329,7 +345,8 @@ class RemoteRunner:
         def go() -> Outcome:
             row = self._ensure(t.app_id, t.path)
             st = self.status(row)
-            out = self._outcome(row, st, t.path, ("deployed", "starting", "running", "completed"))
+            out = self._outcome(row, st, t.path, ("deployed", "starting", "running", "completed"),
+                                "deployed")
             if out is None:
                 raise Later(0.3, "the sub-application is still deploying")
             return out
@@ -347,7 +364,7 @@ class RemoteRunner:
                         self.portal().run(Ref(row.address, row.resource_id or ""))
                     self._set(row.token, asked="running")
             st = self.status(row)
-            out = self._outcome(row, st, t.path, ("running", "completed"))
+            out = self._outcome(row, st, t.path, ("running", "completed"), "running")
             if out is None:
                 raise Later(0.3, "the sub-application is still starting")
             return out
@@ -368,7 +385,8 @@ class RemoteRunner:
             reason = "the host portal answered with a fault: %s" % e.message
             return Outcome("failed", describe(self.host.name, None, reason), runtime={
                 "remote": remote_info(self.host.name, self.host.agent, None, reason, e.cause)})
-        return self._outcome(row, st, t.path, ("running", "completed", "starting", "deployed"))
+        out = self._outcome(row, st, t.path, ("running", "completed", "starting", "deployed"), "running")
+        return out if out is not None and out.event in ("failed", "completed") else None
 
     def stop(self, t: Target, pid: int | None, started: str | None, keep_lease) -> Outcome:
         row = self._row(t.app_id, t.path)
@@ -396,6 +414,44 @@ class RemoteRunner:
             raise Later(1.0, str(e)) from None
         except RemoteFault as e:
             raise Later(2.0, "fault while terminating: %s" % e.message) from None
+
+
+class DelegateRunner(RemoteRunner):
+    """A ``delegate`` component: its own descriptor (``language``, ``descriptor`` inline or
+    read from a file or URL the portal may read, ``properties``) deployed as a sub-application
+    of the portal it names, which may be any CDDLM portal: only the spec's operations are
+    used, and the component follows the sub-application's state (initialized: deployed;
+    running; terminated normally: completed; failed)."""
+
+    STATES = {"initialized": "deployed", "running": "running", "failed": "failed"}
+
+    def __init__(self, url: str, store: Store, settings: Settings, factory: PortalFactory,
+                 read: Callable[[str], bytes], clock: Callable[[], float] = time.time,
+                 callback: Callable[[], str | None] | None = None):
+        super().__init__(Host(url[:256], url), store, settings, factory, clock, callback)
+        self.read = read
+
+    def _group(self, tree: Deployment, path: str) -> str:
+        return "delegate:" + path
+
+    def _initialize(self, ref: Ref, token: str, tree: Deployment, placed: dict[str, str],
+                    group: str, path: str) -> None:
+        node = tree.find(path)
+        attrs = node.attributes if node is not None else {}
+        descriptor = attrs.get("descriptor")
+        text = descriptor if isinstance(descriptor, str) else ""
+        if text and not text.lstrip().startswith("<") and "\n" not in text.strip():
+            try:
+                text = self.read(text.strip()).decode("utf-8", errors="replace")
+            except CddlmError as e:
+                raise RemoteFault("cannot read the delegate's descriptor %s: %s" % (text.strip(), e)) from None
+        props = {str(k): str(v) for k, v in (attrs.get("properties") or {}).items()}
+        self.portal().initialize_foreign(ref, str(attrs.get("language") or ""), text, props, token)
+
+    def _component(self, st: Status, path: str) -> tuple[str, str]:
+        if st.state == "terminated":
+            return ("completed", "") if not st.fault else ("failed", st.reason or "")
+        return self.STATES.get(st.state, st.state), st.reason or ""
 
 
 # -- the host monitor -------------------------------------------------------------------------------

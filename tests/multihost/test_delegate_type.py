@@ -1,0 +1,75 @@
+"""The ``delegate`` component type: a part of a deployment given, as its own descriptor, to
+another portal (here a second cddlm portal on loopback); ``resolve`` of it answers the
+sub-application's EPR there, and terminate ends it."""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import escape
+
+import pytest
+
+from cddlm import ns
+from cddlm.client import Portal, PortalFault, Reference
+
+INNER = """<application xmlns="urn:cddlm:lang:components:1">
+  <component name="worker" type="process">
+    <attribute name="argv"><item>sleep</item><item>${seconds}</item></attribute>
+  </component>
+</application>"""
+
+
+def outer(other_url: str, inner: str = INNER) -> str:
+    return """<application xmlns="urn:cddlm:lang:components:1">
+  <component name="here" type="process">
+    <attribute name="argv"><item>sleep</item><item>600</item></attribute>
+  </component>
+  <component name="there" type="delegate">
+    <attribute name="portal">%s</attribute>
+    <attribute name="language">urn:cddlm:lang:components:1</attribute>
+    <attribute name="descriptor">%s</attribute>
+  </component>
+</application>""" % (escape(other_url), escape(inner))
+
+
+@pytest.fixture
+def two(live_portal):
+    return live_portal(), live_portal()
+
+
+def test_a_delegate_component_runs_as_a_sub_application_of_the_other_portal(two):
+    front_lp, other_lp = two
+    inner = INNER.replace("${seconds}", "600")
+    front = Portal(front_lp.url, failover=False)
+    app = front.create(name="outer")
+    app.initialize(ns.NATIVE, text=outer(other_lp.url, inner))
+    app.run()
+    assert app.wait_for("running", timeout=60) == "running", app.ping()
+    ref = app.resolve("there")
+    assert isinstance(ref, Reference) and ref.resource_id
+    other = Portal(other_lp.url, failover=False)
+    (sub,) = other.applications()
+    assert sub.id == ref.resource_id and sub.state() == "running"
+    (worker,) = sub.components()
+    assert worker["state"] == "running" and worker["pid"]
+    there = {c["path"]: c for c in app.components()}["there"]
+    assert there["state"] == "running"
+    app.terminate()
+    assert app.wait_for("terminated", timeout=60) == "terminated"
+    with pytest.raises(PortalFault):     # destroyed on the other portal once terminated
+        Portal(other_lp.url, failover=False).application(ref).state()
+
+
+def test_a_delegate_the_other_portal_refuses_fails_with_its_fault(two):
+    front_lp, other_lp = two
+    front = Portal(front_lp.url, failover=False)
+    app = front.create()
+    app.initialize(ns.NATIVE, text=outer(other_lp.url, "<not-a-descriptor/>"))
+    app.run()
+    assert app.wait_for("failed", timeout=60) == "failed"
+    info = app.ping()["terminationInfo"]
+    assert "fault" in info["reason"] and "there" == info["component"], info
+    assert info["fault"].tag == "{%s}RemoteFault" % ns.API
+    cause = info["fault"].find("{%s}FaultCause" % ns.WSRF_BF)
+    assert cause is not None and "DescriptorFault" in cause[0].tag, info
+    app.terminate()
+    assert app.wait_for("terminated", timeout=60) == "terminated"
