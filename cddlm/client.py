@@ -725,7 +725,9 @@ def components_entry(c: etree._Element) -> dict:
             "host": c.get("host"), "provider": c.get("provider"), "pid": number("pid"),
             "ports": [int(p) for p in (c.get("ports") or "").split()],
             "restarts": number("restarts") or 0, "exitCode": number("exitCode"),
-            "exitSignal": c.get("exitSignal"), "info": c.findtext(EXT + "info"), **_waiting(c)}
+            "exitSignal": c.get("exitSignal"), "info": c.findtext(EXT + "info"),
+            "subApplication": c.get("subApplication"), "subApplicationId": c.get("subApplicationId"),
+            **_waiting(c)}
 
 
 def _value(el: etree._Element) -> Any:

@@ -558,6 +558,13 @@ class Service:
         values = HostValues(app, tree, rows, host_of(comp_path), comp_path, workdir)
         return secrets.redact(tree, path, values.reference(path))
 
+    def sub_applications(self, app_id: str) -> dict[str, tuple[str, str]]:
+        """The components another portal enacts: path -> (its sub-application's address, id)."""
+        with self.store.read() as conn:
+            comps = repo.get_components(conn, app_id)
+        return {c.path: (c.runtime["subApplication"], c.runtime.get("subApplicationId") or "")
+                for c in comps if c.runtime.get("subApplication")}
+
     # -- hosts --------------------------------------------------------------------------------
     def mark_host(self, name: str, down: bool, reason: str | None = None, *,
                   principal: Principal = LOCAL_ADMIN) -> None:

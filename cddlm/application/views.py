@@ -225,7 +225,10 @@ class Views:
                "pid": c.pid if c.observed in (states.STARTING, states.RUNNING) else None,
                "ports": self._ports_of(c), "restarts": c.restarts, "exitCode": c.exit_code,
                "exitSignal": c.exit_signal, "info": c.info, "updated": c.updated,
-               "stderr": c.runtime.get("stderr") if c.observed == states.FAILED else None}
+               "stderr": c.runtime.get("stderr") if c.observed == states.FAILED else None,
+               # enacted by another portal (a host portal, or a delegate's): its sub-application
+               "subApplication": c.runtime.get("subApplication"),
+               "subApplicationId": c.runtime.get("subApplicationId")}
         if tree is not None:
             out.update(readiness_wait(tree, c, now) or {})
         return out

@@ -92,11 +92,15 @@ def cmd_status(args: argparse.Namespace) -> int:
             print("  stderr:\n    " + "\n    ".join(str(info["stderr"]).splitlines()))
     if d["components"]:
         print()
-        output.table(("COMPONENT", "TYPE", "STATE", "HOST", "PID", "PORTS", "NOTE"), [
+        # components other portals enact (multi-host, delegate): the sub-application running them
+        subs = any(c.get("subApplicationId") for c in d["components"])
+        output.table(("COMPONENT", "TYPE", "STATE", "HOST", "PID", "PORTS", "NOTE")
+                     + (("SUB-APPLICATION",) if subs else ()), [
             (c["path"], c["type"], c["state"], c["host"], c["pid"],
              ",".join(str(p) for p in c["ports"]),
              ("waiting for " + output.waiting(c)) if c.get("waitingFor") else
              (c["info"] if c["state"] in ("failed", "stopped") or c["restarts"] else None))
+            + ((c.get("subApplicationId"),) if subs else ())
             for c in d["components"]])
     print()
     _history(d["history"])

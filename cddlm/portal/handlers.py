@@ -274,7 +274,8 @@ class Handlers:
         for c in self.views.components(req.principal, app.id):
             el = etree.SubElement(out, ext + "component", path=c["path"], type=c["type"],
                                   state=c["state"])
-            for key in ("desired", "host", "provider", "pid", "restarts", "exitCode", "exitSignal"):
+            for key in ("desired", "host", "provider", "pid", "restarts", "exitCode", "exitSignal",
+                        "subApplication", "subApplicationId"):
                 if c.get(key) is not None:
                     el.set(key, str(c[key]))
             if c["optional"]:
@@ -360,6 +361,7 @@ class Handlers:
         if app.options:
             info.append(m.options_element("options", app.options))
         if app.placement:
+            subs = self.service.sub_applications(app.id)
             placement = m.sub(info, "placement")
             types = {}
             if app.deployment:
@@ -378,6 +380,8 @@ class Handlers:
                         a = m.sub(c, "allocation", _number(amount))
                         a.set("provider", provider)
                         a.set("resource", dim)
+                if path in subs:    # the sub-application on its host portal that runs it
+                    c.append(wsa.epr(m.q("applicationReference"), *subs[path]))
         return info
 
     def state_history(self, app: App) -> etree._Element:

@@ -5,13 +5,15 @@ per host with their sub-application, and terminate stops every one."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
+import subprocess
+import sys
 
 import pytest
 from lxml import etree
 
 from cddlm import ns
 from cddlm.client import Credentials, Portal
+from tests.conftest import ROOT
 from tests.multihost.cluster import FRONT_PASSWORD, FRONT_USER, MultiHost
 from tests.netns import wait_until
 
@@ -35,6 +37,14 @@ def spread(n: int, seconds: int = 600, pinned: dict[str, str] | None = None) -> 
     etree.SubElement(root, "{%s}policy" % N, type="anti-collocation", level="host", group="spread",
                      hard="true")
     return root
+
+
+def cddlm_status(url: str, app_id: str) -> str:
+    done = subprocess.run([sys.executable, "-m", "cddlm.cli", "status", app_id], capture_output=True,
+                          text=True, cwd=ROOT, timeout=60,
+                          env=dict(os.environ, CDDLM_PORTAL=url, XDG_CONFIG_HOME="/nonexistent"))
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def host_portal_client(h) -> Portal:
@@ -70,6 +80,16 @@ def test_an_application_spread_over_three_host_portals_runs_in_their_namespaces(
                 assert not other.runs_here(rc["pid"])
         pid = rc["pid"]
         assert os.path.exists("/proc/%d" % pid)
+        # the front names, per component, its host and the sub-application running it
+        assert c["subApplicationId"] == subs[0].id and c["subApplication"] == subs[0].reference.address
+    (info,) = app.property("deploymentInfo")
+    refs = {c.get("path"): c.find("{%s}applicationReference" % ns.API)
+            for c in info.iterfind("{%s}placement/{%s}component" % (ns.API, ns.API))}
+    for path, c in comps.items():
+        rid = refs[path].findtext("{%s}ReferenceParameters/{%s}ResourceId" % (ns.WSA, ns.API))
+        assert rid == c["subApplicationId"]
+    status = cddlm_status(cluster.front.url, app.id)
+    assert "SUB-APPLICATION" in status and all(c["subApplicationId"] in status for c in comps.values())
     app.terminate("done")
     assert app.wait_for("terminated", timeout=60) == "terminated"
     # every sub-application is terminated and destroyed, and its processes are gone
