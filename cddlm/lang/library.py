@@ -136,6 +136,14 @@ def _check_probe(path: str, attrs: dict, limits: Limits) -> None:
         check_tcp_target(attrs["tcp"], path + "/tcp", port_alone=False)
 
 
+def _check_delegate(path: str, attrs: dict, limits: Limits) -> None:
+    """The other portal is an http(s) URL; the descriptor is text (inline, or where to read it)."""
+    check_http_target(attrs.get("portal"), path + "/portal")
+    if not isinstance(attrs.get("descriptor"), (str, Lazy)) or not str(attrs["descriptor"]).strip():
+        raise DescriptorError("a delegate's descriptor is the document's text, or the file or URL "
+                              "to read it from", kind="invalid-attribute", path=path + "/descriptor")
+
+
 TYPES: dict[str, ComponentType] = {t.name: t for t in [
     ComponentType("process", {
         "argv": Attr("strlist", required=True, doc="program and arguments"),
@@ -169,8 +177,8 @@ TYPES: dict[str, ComponentType] = {t.name: t for t in [
         "language": Attr("str", required=True),
         "descriptor": Attr("any", required=True),
         "properties": Attr("strmap", default={}),
-    }, placed=False, doc="part of a deployment enacted by another portal (it names the portal: "
-       "no host here)"),
+    }, placed=False, check=_check_delegate,
+       doc="part of a deployment enacted by another portal (it names the portal: no host here)"),
 ]}
 
 
