@@ -31,6 +31,8 @@ def spread(n: int, seconds: int = 600, pinned: dict[str, str] | None = None) -> 
             etree.SubElement(argv, "{%s}item" % N).text = word
         if pinned and name in pinned:
             etree.SubElement(c, "{%s}attribute" % N, name="host").text = pinned[name]
+    if n < 2 or pinned:
+        return root
     group = etree.SubElement(root, "{%s}group" % N, name="spread")
     for name in names:
         etree.SubElement(group, "{%s}member" % N).text = name

@@ -42,7 +42,7 @@ from cddlm.application import repository as repo
 from cddlm.application.enactment.local import Later, Outcome, Target
 from cddlm.application.hosts import Host
 from cddlm.application.store import Store
-from cddlm.application.tables import agents, delegations, hosts as hosts_table
+from cddlm.application.tables import agents, applications, delegations, hosts as hosts_table
 from cddlm.config import Settings
 from cddlm.errors import CddlmError, RemoteFault
 from cddlm.lang import native
@@ -192,17 +192,35 @@ class RemoteRunner:
                                                           delegations.c.host == self.host.name)).all()
         for row in rows:
             if row.asked != "destroyed" and row.address:
+                ref = Ref(row.address, row.resource_id or "")
                 try:
-                    ref = Ref(row.address, row.resource_id or "")
                     self.portal().terminate(ref, "the front application was destroyed")
+                    deadline = time.monotonic() + 2 * self.settings.agent_timeout
+                    while self.portal().status(ref).state != "terminated":
+                        if time.monotonic() > deadline:
+                            raise AgentUnreachable("still terminating")
+                        time.sleep(0.2)
                     self.portal().destroy(ref)
-                except (Gone, RemoteFault):
+                except Gone:
                     pass
-                except AgentUnreachable as e:
-                    log.warning("cannot destroy %s on host %s: %s", row.resource_id, self.host.name, e)
+                except (AgentUnreachable, RemoteFault) as e:
+                    # kept: the host monitor's sweep ends it when the host portal answers
+                    log.warning("cannot destroy %s on host %s yet: %s", row.resource_id,
+                                self.host.name, e)
                     continue
             with self.store.write() as conn:
                 conn.execute(delegations.delete().where(delegations.c.token == row.token))
+
+    def sweep(self) -> int:
+        """Delegations whose front application is gone (destroyed while this host portal did
+        not answer): end them there now. Returns how many were ended."""
+        with self.store.read() as conn:
+            rows = conn.execute(select(delegations.c.app_id).distinct().where(
+                delegations.c.host == self.host.name,
+                delegations.c.app_id.not_in(select(applications.c.id)))).all()
+        for (app_id,) in rows:
+            self.remove_app(app_id)
+        return len(rows)
 
     def where(self, app_id: str, path: str) -> str:
         """Where ``path`` runs, for failure messages: the host and its sub-application."""
@@ -411,9 +429,19 @@ class RemoteRunner:
             self._set(row.token, asked="destroyed")
             return Outcome("stopped")
         except AgentUnreachable as e:
+            if self._abandoned():
+                # the operator marked the host down: its part is given up, not waited for
+                return Outcome("stopped", "host %s is marked down: its part was abandoned "
+                                          "(sub-application %s)" % (self.host.name, row.resource_id))
             raise Later(1.0, str(e)) from None
         except RemoteFault as e:
             raise Later(2.0, "fault while terminating: %s" % e.message) from None
+
+    def _abandoned(self) -> bool:
+        """Whether an operator (not the host monitor) marked this host down."""
+        with self.store.read() as conn:
+            mark = conn.execute(select(hosts_table).where(hosts_table.c.name == self.host.name)).first()
+        return mark is not None and mark.down and not (mark.reason or "").startswith(DOWN_PREFIX)
 
 
 class DelegateRunner(RemoteRunner):
@@ -519,6 +547,12 @@ class Agents:
         if went_down or came_up:
             for runner in self.runners.values():
                 runner.forget()
+        for name, error in results.items():
+            if error is None:
+                try:
+                    self.runners[name].sweep()
+                except (AgentUnreachable, RemoteFault) as e:
+                    log.info("could not end the orphans on host %s yet: %s", name, e)
         return went_down, came_up
 
     @staticmethod
