@@ -88,6 +88,7 @@ class MultiHost:
     hosts: list[HostPortal] = field(default_factory=list)
     front: LivePortal | None = None
     netns: Cluster | None = None
+    others: list[LivePortal] = field(default_factory=list)
 
     def __enter__(self) -> "MultiHost":
         try:
@@ -122,21 +123,27 @@ class MultiHost:
         creds.write_text('[default]\nuser = "%s"\npassword = "%s"\n' % (FRONT_USER, FRONT_PASSWORD))
         os.chmod(creds, 0o600)
 
-    def start_front(self) -> LivePortal:
-        state = self.folder / "front"
+    def start_front(self, name: str = "front") -> LivePortal:
+        """The front portal (another with ``name``: a second front on the same store)."""
+        state = self.folder / name
         state.mkdir(exist_ok=True)
         # in namespaces the front listens on the bridge, where host portals can notify it
         where = ["--host", self.netns.gateway, "--insecure"] if self.netns else []
-        self.front = LivePortal(state, db=self.db, extra=where + [
+        lp = LivePortal(state, db=self.db, extra=where + [
             "--datacenter", str(self.folder / "datacenter.json"),
             "--agent-credentials", str(self.folder / "agents.toml"),
             "--agent-lease", str(self.lease), "--agent-timeout", "3",
             "--liveness-interval", "0.5"] + self.front_args).start()
-        return self.front
+        if name == "front":
+            self.front = lp
+        else:
+            self.others.append(lp)
+        return lp
 
     def close(self) -> None:
-        if self.front is not None:
-            self.front.stop()
+        for lp in [self.front] + self.others:
+            if lp is not None:
+                lp.stop()
         for h in self.hosts:
             h.stop()
         if self.netns is not None:

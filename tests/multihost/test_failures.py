@@ -40,8 +40,8 @@ def remote_pids(host) -> dict[str, int]:
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    with MultiHost(tmp_path, lease=3.0) as mh:
+def cluster(tmp_path, db_url):
+    with MultiHost(tmp_path, lease=3.0, db=db_url, front_args=["--heartbeat", "1"]) as mh:
         yield mh
 
 
@@ -148,3 +148,25 @@ def test_the_front_portal_killed_while_delegating_readopts_without_duplicates(cl
         assert len(remote_pids(h)) == 1
     app.terminate()
     assert app.wait_for("terminated", timeout=60) == "terminated"
+
+
+def test_two_fronts_on_one_postgresql_store_one_killed_while_delegating(cluster):
+    if not cluster.db.startswith("postgresql"):
+        pytest.skip("two front portals share a store only through PostgreSQL")
+    second = cluster.start_front("second")
+    front = Portal(cluster.front.url, failover=False)
+    app = front.create()
+    app.initialize(ns.NATIVE, body=spread(3))
+    app.run()
+    assert wait_until(lambda: any(host_portal_client(h).applications() for h in cluster.hosts), 30)
+    cluster.front.stop(signal.SIGKILL)
+    survivor = Portal(second.url, failover=False)
+    moved = survivor.rebind(app.reference)       # the dead portal's EPR, mapped to the survivor
+    assert moved.reference.address.startswith(second.url.rsplit("/cddlm/", 1)[0])
+    assert moved.wait_for("running", timeout=60) == "running", moved.ping()
+    for h in cluster.hosts:
+        assert len(host_portal_client(h).applications()) == 1
+        assert len(remote_pids(h)) == 1
+    moved.terminate()
+    assert moved.wait_for("terminated", timeout=60) == "terminated"
+    assert all(host_portal_client(h).applications() == [] for h in cluster.hosts)
