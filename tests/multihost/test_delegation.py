@@ -97,3 +97,47 @@ def test_an_application_spread_over_three_host_portals_runs_in_their_namespaces(
     # every sub-application is terminated and destroyed, and its processes are gone
     for host in cluster.hosts:
         assert wait_until(lambda: host_portal_client(host).applications() == [], 20)
+
+
+SEQUENCE = """<application xmlns="urn:cddlm:lang:components:1">
+  <component name="steps" type="sequence">
+    <component name="a" type="process">
+      <attribute name="argv"><item>sleep</item><item>600</item></attribute>
+      <attribute name="host">h1</attribute>
+    </component>
+    <component name="b" type="process">
+      <attribute name="argv"><item>sh</item><item>-c</item><item>sleep 2; echo up; exec sleep 600</item></attribute>
+      <attribute name="readiness"><item name="log">up</item></attribute>
+      <attribute name="host">h2</attribute>
+    </component>
+    <component name="c" type="process">
+      <attribute name="argv"><item>sleep</item><item>600</item></attribute>
+      <attribute name="host">h1</attribute>
+    </component>
+  </component>
+</application>"""
+
+
+def started_at(pid: int) -> int:
+    with open("/proc/%d/stat" % pid) as f:
+        return int(f.read().rsplit(")", 1)[1].split()[19])     # clock ticks after boot
+
+
+def test_sequence_order_holds_across_hosts(cluster):
+    front = Portal(cluster.front.url, failover=False)
+    app = front.create()
+    app.initialize(ns.NATIVE, text=SEQUENCE)
+    app.run()
+    assert app.wait_for("running", timeout=60) == "running", app.ping()
+    h1, h2 = cluster.hosts[0], cluster.hosts[1]
+    # a and c share h1 but a sequence orders them around b (on h2): two start groups, two
+    # sub-applications on h1
+    subs = host_portal_client(h1).applications()
+    assert len(subs) == 2
+    pids = {c["path"]: c["pid"] for s in subs + host_portal_client(h2).applications()
+            for c in s.components() if c["pid"]}
+    ticks = os.sysconf("SC_CLK_TCK")
+    assert started_at(pids["steps/c"]) - started_at(pids["steps/b"]) >= 1.5 * ticks, pids
+    assert started_at(pids["steps/b"]) >= started_at(pids["steps/a"])
+    app.terminate()
+    assert app.wait_for("terminated", timeout=60) == "terminated"
