@@ -85,6 +85,7 @@ class MultiHost:
     lease: float = 3.0
     db: str | None = None
     racks: int = 1
+    slots: int = 100000             # each host's capacity
     hosts: list[HostPortal] = field(default_factory=list)
     front: LivePortal | None = None
     netns: Cluster | None = None
@@ -115,7 +116,7 @@ class MultiHost:
             members = self.hosts[r * per_rack:(r + 1) * per_rack]
             racks.append({"name": "rack%d" % (r + 1), "level": "rack", "children": [
                 {"name": h.name, "level": "host", "agent": h.url,
-                 "capacity": {"slots": 100000}} for h in members]})
+                 "capacity": {"slots": self.slots}} for h in members]})
         dc = {"resources": ["slots"], "levels": ["site", "rack", "host"],
               "location": [{"name": "site", "level": "site", "children": racks}]}
         (self.folder / "datacenter.json").write_text(json.dumps(dc))
