@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: serve test soak install clean
+.PHONY: serve test soak install clean cluster
 
 install: $(STAMP)
 
@@ -26,6 +26,10 @@ test: install
 EXAMPLES ?= 500
 soak: install
 	CDDLM_HYPOTHESIS_PROFILE=soak CDDLM_SOAK_EXAMPLES=$(EXAMPLES) $(BIN)/python -m pytest tests/property -p no:cacheprovider $(ARGS)
+
+# three host portals on 127.0.0.2-4 and a front portal delegating to them (docs/multihost.md)
+cluster: install
+	examples/multihost/cluster.sh
 
 clean:
 	rm -rf $(VENV) cddlm-state .pytest_cache

@@ -1,0 +1,35 @@
+#!/bin/sh
+# A small multi-host cluster on this machine: three host portals (`cddlm portal serve --agent`)
+# on the loopback addresses 127.0.0.2-4, each with its own state directory and a user "front",
+# and a front portal on 127.0.0.1:8080 ($FRONT_PORT) whose datacenter (datacenter.yaml) names them as agents
+# and which signs in to them with agents.toml. Ctrl-C stops the portals (their components keep
+# running, as a portal's always do; `cddlm terminate` them first).
+#
+#   examples/multihost/cluster.sh            # or: make cluster
+#   cddlm deploy examples/multihost/spread.xml && cddlm status spread
+set -eu
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+CDDLM=${CDDLM:-$ROOT/.venv/bin/cddlm}
+STATE=${STATE:-${TMPDIR:-/tmp}/cddlm-cluster}
+PASSWORD=${PASSWORD:-front-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')}
+# as root, components would run as root: allowed here only for this demonstration
+EXTRA=""
+[ "$(id -u)" = 0 ] && EXTRA="--insecure"
+mkdir -p "$STATE"
+umask 077
+PIDS=""
+stop() { [ -n "$PIDS" ] && kill $PIDS 2>/dev/null; wait; }
+trap stop INT TERM EXIT
+for i in 1 2 3; do
+    dir="$STATE/h$i"; mkdir -p "$dir"
+    printf '%s\n' "$PASSWORD" | "$CDDLM" user add front --replace --users "$dir/users.json" >/dev/null
+    "$CDDLM" portal serve --agent --host "127.0.0.$((i + 1))" --port "1848$i" \
+        --state-dir "$dir/state" --users "$dir/users.json" $EXTRA >"$dir/out.log" 2>&1 &
+    PIDS="$PIDS $!"
+done
+printf '[default]\nuser = "front"\npassword = "%s"\n' "$PASSWORD" >"$STATE/agents.toml"
+"$CDDLM" portal serve --port "${FRONT_PORT:-8080}" --state-dir "$STATE/front" \
+    --datacenter "$HERE/datacenter.yaml" --agent-credentials "$STATE/agents.toml" &
+PIDS="$PIDS $!"
+wait
