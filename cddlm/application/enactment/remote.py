@@ -42,7 +42,7 @@ from cddlm.application import repository as repo
 from cddlm.application.enactment.local import Later, Outcome, Target
 from cddlm.application.hosts import Host
 from cddlm.application.store import Store
-from cddlm.application.tables import agents, applications, delegations, hosts as hosts_table
+from cddlm.application.tables import agents, applications, components, delegations, hosts as hosts_table
 from cddlm.config import Settings
 from cddlm.errors import CddlmError, RemoteFault
 from cddlm.lang import native
@@ -70,6 +70,14 @@ class Status:
     components: dict[str, tuple[str, str]] = field(default_factory=dict)   # path -> (state, detail)
     reason: str | None = None       # terminationInfo's reason, when it has ended
     fault: str | None = None        # terminationInfo's fault element (XML), when it failed
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the runner needs of an application's tree: fixed once it is initialized."""
+    tree: Deployment
+    placed: dict[str, str | None]     # component path -> host
+    groups: dict[str, str]            # leaf path -> start group
 
 
 @dataclass(frozen=True)
@@ -167,6 +175,8 @@ class RemoteRunner:
         self._lock = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
         self._status: dict[str, tuple[float, Status]] = {}
+        self._shapes: dict[str, Shape] = {}        # app id -> its tree, placement, start groups
+        self._ready: dict[str, Any] = {}           # token -> its row once initialized there
 
     # -- plumbing ---------------------------------------------------------------------------------
     def portal(self) -> HostPortal:
@@ -229,41 +239,55 @@ class RemoteRunner:
         return describe(self.host.name, ref, "")[:-2]
 
     # -- delegation rows --------------------------------------------------------------------------
-    def _app(self, app_id: str) -> tuple[repo.App, Deployment, dict[str, str]]:
-        with self.store.read() as conn:
-            app = repo.get_app(conn, app_id)
-            comps = repo.get_components(conn, app_id) if app else []
-        if app is None:
-            raise Gone("application %s is gone" % app_id)
-        tree = Deployment.from_json(app.deployment or {})
-        placed = {c.path: c.host for c in comps}
-        return app, tree, placed
-
-    def _group(self, tree: Deployment, path: str) -> str:
-        return start_groups(tree).get(path, "0")
-
-    def _row(self, app_id: str, path: str) -> Any:
-        """The newest delegation of this host holding ``path`` (None: never delegated)."""
+    def _app(self, app_id: str) -> tuple[repo.App, Shape]:
+        """The application and its shape (read once: the tree and the placement are fixed
+        at initialize, which happens once)."""
         with self.store.read() as conn:
             app = repo.get_app(conn, app_id)
             if app is None:
-                return None
-            group = self._group(Deployment.from_json(app.deployment or {}), path)
+                raise Gone("application %s is gone" % app_id)
+            shape = self._shapes.get(app_id)
+            if shape is None:
+                rows = conn.execute(select(components.c.path, components.c.host)
+                                    .where(components.c.app_id == app_id)).all()
+                tree = Deployment.from_json(app.deployment or {})
+                shape = Shape(tree, dict(rows), start_groups(tree))
+                with self._lock:
+                    if len(self._shapes) > 256:
+                        self._shapes.clear()
+                    self._shapes[app_id] = shape
+        return app, shape
+
+    def _group(self, shape: "Shape", path: str) -> str:
+        return shape.groups.get(path, "0")
+
+    def _row(self, app_id: str, path: str) -> Any:
+        """The newest delegation of this host holding ``path`` (None: never delegated)."""
+        try:
+            _, shape = self._app(app_id)
+        except Gone:
+            return None
+        with self.store.read() as conn:
             return conn.execute(select(delegations).where(
                 delegations.c.app_id == app_id, delegations.c.host == self.host.name,
-                delegations.c.grp == group).order_by(delegations.c.generation.desc())).first()
+                delegations.c.grp == self._group(shape, path))
+                .order_by(delegations.c.generation.desc())).first()
 
     def _ensure(self, app_id: str, path: str) -> Any:
         """The delegation holding ``path``: recorded, created and initialized on the host
         portal (each step recorded before it is taken, and repeatable)."""
-        app, tree, placed = self._app(app_id)
-        group = self._group(tree, path)
+        app, shape = self._app(app_id)
+        group = self._group(shape, path)
         token = token_for(app_id, app.generation, self.host.name, group)
+        row = self._ready.get(token)
+        if row is not None:
+            return row
         with self._token_lock(token):
             now = self.clock()
-            with self.store.write() as conn:
+            with self.store.read() as conn:
                 row = conn.execute(select(delegations).where(delegations.c.token == token)).first()
-                if row is None:
+            if row is None:
+                with self.store.write() as conn:
                     conn.execute(insert(delegations).values(
                         token=token, app_id=app_id, host=self.host.name, grp=group,
                         generation=app.generation, asked="created", updated=now))
@@ -274,11 +298,15 @@ class RemoteRunner:
             else:
                 ref = Ref(row.address, row.resource_id or "")
             if row.asked == "created":
-                self._initialize(ref, token, tree, placed, group, path)
+                self._initialize(ref, token, shape.tree, shape.placed, group, path)
                 self._subscribe(ref)
                 self._set(token, asked="initialized")
             with self.store.read() as conn:
-                return conn.execute(select(delegations).where(delegations.c.token == token)).first()
+                row = conn.execute(select(delegations).where(delegations.c.token == token)).first()
+            if row.asked in ("initialized", "running"):
+                # known from now on: the deploys of this share's other components ask no more
+                self._ready[token] = row
+            return row
 
     def _initialize(self, ref: Ref, token: str, tree: Deployment, placed: dict[str, str],
                     group: str, path: str) -> None:
@@ -300,6 +328,7 @@ class RemoteRunner:
             log.info("host %s refused the lifecycle subscription: %s (pings follow it)", self.host.name, e)
 
     def _set(self, token: str, **values: Any) -> None:
+        self._ready.pop(token, None)
         with self.store.write() as conn:
             conn.execute(update(delegations).where(delegations.c.token == token)
                          .values(updated=self.clock(), **values))
@@ -459,7 +488,7 @@ class DelegateRunner(RemoteRunner):
         super().__init__(Host(url[:256], url), store, settings, factory, clock, callback)
         self.read = read
 
-    def _group(self, tree: Deployment, path: str) -> str:
+    def _group(self, shape: Shape, path: str) -> str:
         return "delegate:" + path
 
     def _initialize(self, ref: Ref, token: str, tree: Deployment, placed: dict[str, str],
