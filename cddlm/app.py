@@ -290,6 +290,10 @@ class Portal:
         self.scheduler = BackgroundScheduler(daemon=True)
         self.scheduler.add_job(self.engine.check_all, "interval", seconds=self.settings.liveness_interval,
                                id="liveness", max_instances=1, coalesce=True)
+        if self.settings.fence_seconds:
+            self.scheduler.add_job(self.service.fence, "interval",
+                                   seconds=max(0.5, self.settings.fence_seconds / 4), id="fence",
+                                   max_instances=1, coalesce=True)
         if self.agents is not None:
             self.scheduler.add_job(self.check_agents, "interval", seconds=self.agents.interval(),
                                    id="agents", max_instances=1, coalesce=True)

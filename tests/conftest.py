@@ -159,6 +159,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def ready_url(proc: subprocess.Popen, timeout: float = 30.0) -> str:
+    """The URL a starting ``cddlm portal serve`` prints once it answers (RuntimeError if it
+    does not within ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    line = b""
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith(b"portal ready at "):
+            return line.decode().split("portal ready at ", 1)[1].strip()
+        if not line and proc.poll() is not None:
+            break
+    raise RuntimeError("the portal did not become ready (last line %r)" % line)
+
+
 class LivePortal:
     """``cddlm portal serve`` as a subprocess; ``stdin_pipe``: its stdin is a pipe (as under a
     supervisor), else it inherits the tests' own."""
@@ -182,17 +196,12 @@ class LivePortal:
         self.log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT,
                                      stdin=subprocess.PIPE if self.stdin_pipe else None)
-        deadline = time.monotonic() + timeout
-        line = b""
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if line.startswith(b"portal ready at "):
-                self.url = line.decode().split("portal ready at ", 1)[1].strip()
-                return self
-            if not line and self.proc.poll() is not None:
-                break
-        self.stop()
-        raise RuntimeError("the portal did not become ready (last line %r)" % line)
+        try:
+            self.url = ready_url(self.proc, timeout)
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
         if self.proc is None:

@@ -26,6 +26,7 @@ from sqlalchemy.exc import IntegrityError
 
 from cddlm.application import (audit as audit_log, descriptors, lifecycle, options as opts, secrets,
                                tenancy)
+from cddlm.application import fencing
 from cddlm.application import repository as repo
 from cddlm.application.enactment import queue, states
 from cddlm.application.enactment.reconcile import reconcile
@@ -485,6 +486,18 @@ class Service:
             self.terminate(app_id, "termination time reached", principal=tenancy.SCHEDULER)
         return when
 
+    def fence(self) -> int:
+        """Host side (``--fence-seconds``): terminate the delegated sub-applications whose front
+        portal has not pinged them in time (``fencing``); returns how many."""
+        seconds = self.settings.fence_seconds
+        if not seconds:
+            return 0
+        found = fencing.overdue(self.store, seconds, self.clock())
+        for app_id in found:
+            self.terminate(app_id, "fenced: its front portal did not renew its lease for %g s" % seconds)
+        fencing.forget(self.store)
+        return len(found)
+
     def expire(self) -> int:
         """Terminate applications whose scheduled termination time has passed, and remove
         views past theirs (scheduled job); returns how many applications it terminated."""
@@ -510,6 +523,8 @@ class Service:
     def ping(self, app_id: str) -> Ping:
         health = self.engine.check_app(app_id) if self.engine is not None else []
         app = self.get(app_id)
+        if self.settings.fence_seconds and fencing.delegated(app.client_token):
+            fencing.renew(self.store, app_id, self.clock())     # its front portal is alive
         if app.deployment and any(h["state"] == states.STARTING for h in health):
             # what a starting process waits for (its readiness), for progress displays
             tree, now = self.engine.tree(app), self.clock()

@@ -244,3 +244,9 @@ agents = Table(                                              # host portals: whe
     Column("last_error", Text, nullable=True),
     Column("checked", Float, nullable=False),
 )
+
+renewals = Table(                                            # host side: when a front portal last
+    "renewals", metadata,                                    # pinged a sub-application it delegated
+    Column("app_id", String(64), primary_key=True),
+    Column("renewed", Float, nullable=False),
+)

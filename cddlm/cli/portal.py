@@ -81,7 +81,8 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
         raise UsageError("--agent serves one host (this machine): it takes no --datacenter")
     settings = settings.replace(agent_mode=args.agent, agent_credentials_file=args.agent_credentials,
                                 agent_lease=args.agent_lease, agent_timeout=args.agent_timeout,
-                                agent_callback_url=args.agent_callback)
+                                agent_callback_url=args.agent_callback,
+                                fence_seconds=args.fence_seconds)
     if args.consumer_network:
         settings = settings.replace(consumer_networks=tuple(args.consumer_network))
     if args.probe_network:
@@ -185,6 +186,9 @@ def register(sub) -> None:
     sv.add_argument("--agent", action="store_true",
                     help="serve as a host portal that front portals delegate to (lean: one local "
                          "host, no --datacenter; docs/multihost.md)")
+    sv.add_argument("--fence-seconds", type=float, metavar="S",
+                    help="with --agent: terminate a delegated part whose front portal has not "
+                         "pinged it for S seconds (default: keep running; docs/multihost.md)")
     sv.add_argument("--agent-credentials", metavar="FILE",
                     help="TOML: the user/password/token and TLS files this portal uses to call the "
                          "host portals its datacenter names as agents (docs/multihost.md)")

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.conftest import ROOT, LivePortal
+from tests.conftest import ROOT, LivePortal, ready_url
 from tests.netns import Cluster, unavailable_reason
 
 FRONT_USER, FRONT_PASSWORD = "front", "front-secret-123"
@@ -30,6 +30,7 @@ class HostPortal:
     proc: subprocess.Popen | None = None
     url: str = ""
     log: object = None
+    extra: list[str] = field(default_factory=list)
 
     def start(self, timeout: float = 60.0) -> "HostPortal":
         users = self.state.parent / ("%s-users.json" % self.name)
@@ -39,19 +40,15 @@ class HostPortal:
         self.state.mkdir(parents=True, exist_ok=True)
         argv = [sys.executable, "-m", "cddlm.cli", "portal", "serve", "--agent",
                 "--host", self.address, "--port", str(AGENT_PORT), "--state-dir", str(self.state),
-                "--users", str(users), "--insecure", "--liveness-interval", "0.5"]
+                "--users", str(users), "--insecure", "--liveness-interval", "0.5"] + self.extra
         self.log = open(self.state.parent / ("%s-%d.log" % (self.name, time.time_ns())), "wb")
         kwargs = dict(stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT)
         self.proc = self.netns.popen(argv, **kwargs) if self.netns else subprocess.Popen(argv, **kwargs)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if line.startswith(b"portal ready at "):
-                self.url = line.decode().split("portal ready at ", 1)[1].strip()
-                return self
-            if not line and self.proc.poll() is not None:
-                break
-        raise RuntimeError("host portal %s did not start (see %s)" % (self.name, self.log.name))
+        try:
+            self.url = ready_url(self.proc, timeout)
+        except RuntimeError:
+            raise RuntimeError("host portal %s did not start (see %s)" % (self.name, self.log.name)) from None
+        return self
 
     def kill(self) -> None:
         """SIGKILL the portal only: its components keep running."""
@@ -86,6 +83,7 @@ class MultiHost:
     db: str | None = None
     racks: int = 1
     slots: int = 100000             # each host's capacity
+    host_args: list[str] = field(default_factory=list)
     hosts: list[HostPortal] = field(default_factory=list)
     front: LivePortal | None = None
     netns: Cluster | None = None
@@ -99,7 +97,8 @@ class MultiHost:
             else:
                 places = [("lo%d" % i, "127.0.0.%d" % (i + 1), None) for i in range(1, self.n + 1)]
             for i, (ns_name, address, netns) in enumerate(places, 1):
-                self.hosts.append(HostPortal("h%d" % i, address, self.folder / ("h%d" % i), netns))
+                self.hosts.append(HostPortal("h%d" % i, address, self.folder / ("h%d" % i), netns,
+                                             extra=list(self.host_args)))
             for h in self.hosts:
                 h.start()
             self.write_config()

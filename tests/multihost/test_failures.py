@@ -130,14 +130,20 @@ def test_a_terminate_asked_during_a_partition_completes_after_it_heals(cluster):
     assert host_portal_client(cut).applications() == []
 
 
-def test_the_front_portal_killed_while_delegating_readopts_without_duplicates(cluster):
+def kill_front_while_delegating(cluster):
+    """Start a three-host application and SIGKILL the front portal as soon as the first
+    sub-application exists on some host; returns the application (through the dead portal)."""
     front = Portal(cluster.front.url, failover=False)
     app = front.create()
     app.initialize(ns.NATIVE, body=spread(3))
     app.run()
-    # kill as soon as the first sub-application exists on some host
     assert wait_until(lambda: any(host_portal_client(h).applications() for h in cluster.hosts), 30)
     cluster.front.stop(signal.SIGKILL)
+    return app
+
+
+def test_the_front_portal_killed_while_delegating_readopts_without_duplicates(cluster):
+    app = kill_front_while_delegating(cluster)
     cluster.start_front()
     front = Portal(cluster.front.url, failover=False)
     app = front.lookup(app.id)
@@ -154,12 +160,7 @@ def test_two_fronts_on_one_postgresql_store_one_killed_while_delegating(cluster)
     if not cluster.db.startswith("postgresql"):
         pytest.skip("two front portals share a store only through PostgreSQL")
     second = cluster.start_front("second")
-    front = Portal(cluster.front.url, failover=False)
-    app = front.create()
-    app.initialize(ns.NATIVE, body=spread(3))
-    app.run()
-    assert wait_until(lambda: any(host_portal_client(h).applications() for h in cluster.hosts), 30)
-    cluster.front.stop(signal.SIGKILL)
+    app = kill_front_while_delegating(cluster)
     survivor = Portal(second.url, failover=False)
     moved = survivor.rebind(app.reference)       # the dead portal's EPR, mapped to the survivor
     assert moved.reference.address.startswith(second.url.rsplit("/cddlm/", 1)[0])
@@ -170,3 +171,24 @@ def test_two_fronts_on_one_postgresql_store_one_killed_while_delegating(cluster)
     moved.terminate()
     assert moved.wait_for("terminated", timeout=60) == "terminated"
     assert all(host_portal_client(h).applications() == [] for h in cluster.hosts)
+
+
+def test_a_fencing_host_stops_its_part_when_its_front_portal_is_cut_off(tmp_path):
+    with MultiHost(tmp_path, n=2, lease=3.0, host_args=["--fence-seconds", "3"]) as cluster:
+        if cluster.netns is None:
+            pytest.skip("a partition needs network namespaces (not root, or no iproute2)")
+        front, app = running(cluster, n=2)
+        cut = cluster.hosts[0]
+        pids = remote_pids(cut)
+        time.sleep(4)                       # pinged all along: not fenced
+        assert all(alive(p) for p in pids.values())
+        cut.netns.partition()
+        try:
+            # the host portal, not pinged for 3 s, terminates its part on its own
+            assert wait_until(lambda: not any(alive(p) for p in pids.values()), 20)
+            assert app.wait_for("failed", timeout=20) == "failed"
+        finally:
+            cut.netns.heal()
+        app.terminate()
+        assert app.wait_for("terminated", timeout=60) == "terminated"
+        assert all(host_portal_client(h).applications() == [] for h in cluster.hosts)

@@ -1,5 +1,6 @@
 """delegations (each host's share of an application on its host portal) and agents (when each
-host portal last answered), for hosts whose agent is another portal
+host portal last answered), for hosts whose agent is another portal; renewals (host side: when a front portal last pinged
+a sub-application it delegated, for --fence-seconds)
 
 Revision ID: 0004
 Revises: 0003
@@ -38,9 +39,15 @@ def upgrade() -> None:
         sa.Column('last_error', sa.Text(), nullable=True),
         sa.Column('checked', sa.Float(), nullable=False),
         sa.PrimaryKeyConstraint('host', name=op.f('pk_agents')))
+    op.create_table(
+        'renewals',
+        sa.Column('app_id', sa.String(length=64), nullable=False),
+        sa.Column('renewed', sa.Float(), nullable=False),
+        sa.PrimaryKeyConstraint('app_id', name=op.f('pk_renewals')))
 
 
 def downgrade() -> None:
+    op.drop_table('renewals')
     op.drop_table('agents')
     op.drop_index('ix_delegations_app_id', table_name='delegations')
     op.drop_table('delegations')
