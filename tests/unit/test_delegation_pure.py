@@ -1,0 +1,54 @@
+"""The pure parts of delegation: start groups, client tokens, a host's share, and the native
+writer (what a front portal sends a host portal parses back to the same components)."""
+
+from __future__ import annotations
+
+from cddlm import ns
+from cddlm.application.enactment.remote import share, start_groups, token_for
+from cddlm.lang import native, registry
+from cddlm.lang.model import Component, Deployment, Lazy
+from cddlm.lang.registry import ResolveRequest
+
+
+def proc(name: str, **attrs) -> Component:
+    return Component(name, "process", {"argv": ["sleep", "1"], **attrs})
+
+
+TREE = Deployment([
+    Component("steps", "sequence", {}, [proc("a", host="h1"), Component("mid", "compound", {}, [
+        proc("b", host="h2"), proc("b2", host="h1")]), proc("c", host="h1")]),
+    proc("free", host="h1"),
+])
+
+
+def test_start_groups_separate_what_a_sequence_orders_and_nothing_else():
+    groups = start_groups(TREE)
+    assert groups == {"steps/a": "0", "steps/mid/b": "1", "steps/mid/b2": "1", "steps/c": "2",
+                      "free": "0"}
+
+
+def test_a_token_depends_on_every_input_and_on_nothing_else():
+    t = token_for("urn:uuid:1", 2, "h1", "0")
+    assert t == token_for("urn:uuid:1", 2, "h1", "0") and t.startswith("cddlm-")
+    assert len({t, token_for("urn:uuid:1", 3, "h1", "0"), token_for("urn:uuid:1", 2, "h2", "0"),
+                token_for("urn:uuid:1", 2, "h1", "1"), token_for("urn:uuid:2", 2, "h1", "0")}) == 5
+
+
+def test_a_share_keeps_paths_and_drops_the_host_pin():
+    part = Deployment(share(TREE, {"steps/mid/b2", "free"}))
+    assert [p for p, _ in part.walk()] == ["steps", "steps/mid", "steps/mid/b2", "free"]
+    assert part.find("steps").type == "compound"       # the order is the front's business
+    assert "host" not in part.find("free").attributes
+
+
+def test_the_native_writer_round_trips_values_and_lazy_references():
+    comp = Component("web", "process", {
+        "argv": ["python3", "-m", "http.server", 0], "env": {"DB": Lazy("ref", "db/port"),
+                                                             "N": Lazy("property", "n", "3", True)},
+        "optional": True, "empty": {}})
+    el = native.to_xml([comp])
+    again = registry.get(ns.NATIVE).resolve(ResolveRequest(el, properties={})).deployment.find("web")
+    assert again.attributes["argv"] == ["python3", "-m", "http.server", "0"]
+    assert again.attributes["env"] == {"DB": Lazy("ref", "db/port"), "N": Lazy("property", "n", "3", True)}
+    assert again.attributes["optional"] in ("true", True)
+    assert "empty" not in again.attributes
