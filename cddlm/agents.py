@@ -137,6 +137,9 @@ class ClientHostPortal:
     def subscribe(self, ref: Ref, consumer: str) -> None:
         self._do(lambda: self._app(ref).subscribe(consumer, termination=None))
 
+    def resolve(self, ref: Ref, path: str) -> Any:
+        return self._do(lambda: self._app(ref).resolve(path))
+
     def probe(self) -> None:
         self._do(lambda: self.portal._probe(self.portal.url))
 

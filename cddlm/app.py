@@ -214,6 +214,8 @@ class Portal:
         self.engine = Engine(self.store, settings, self.hosts, clock=clock, url=self.url,
                              remote=remote, delegate=delegate)
         remotes = {n: r for n, r in self.engine.runners.items() if isinstance(r, RemoteRunner)}
+        for runner in remotes.values():     # lazy references between hosts resolve through them
+            runner.peers = remotes
         self.agents = Agents(self.store, settings, remotes, clock) if remotes else None
         self.engine.accounts = Accounts(sec.run_as, self.users.account if self.users else lambda _: None)
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)

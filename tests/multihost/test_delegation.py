@@ -141,3 +141,36 @@ def test_sequence_order_holds_across_hosts(cluster):
     assert started_at(pids["steps/b"]) >= started_at(pids["steps/a"])
     app.terminate()
     assert app.wait_for("terminated", timeout=60) == "terminated"
+
+
+CROSS = """<application xmlns="urn:cddlm:lang:components:1">
+  <component name="app" type="sequence">
+    <component name="db" type="process">
+      <attribute name="argv"><item>sleep</item><item>600</item></attribute>
+      <attribute name="host">h2</attribute>
+    </component>
+    <component name="web" type="process">
+      <attribute name="argv"><item>sleep</item><item>600</item></attribute>
+      <attribute name="env"><item name="DB_PID"><ref path="app/db/pid" lazy="true"/></item></attribute>
+      <attribute name="host">h1</attribute>
+    </component>
+  </component>
+</application>"""
+
+
+def test_a_lazy_reference_reaches_a_runtime_value_on_another_host(cluster):
+    front = Portal(cluster.front.url, failover=False)
+    app = front.create()
+    app.initialize(ns.NATIVE, text=CROSS)
+    app.run()
+    assert app.wait_for("running", timeout=60) == "running", app.ping()
+    h1, h2 = cluster.hosts[0], cluster.hosts[1]
+    (db,) = [c for s in host_portal_client(h2).applications() for c in s.components() if c["pid"]]
+    (web,) = [c for s in host_portal_client(h1).applications() for c in s.components() if c["pid"]]
+    with open("/proc/%d/environ" % web["pid"], "rb") as f:
+        env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+    # the web tier on h1 got the pid of the database on h2, through h2's portal
+    assert env[b"DB_PID"] == str(db["pid"]).encode()
+    assert h2.runs_here(db["pid"]) and h1.runs_here(web["pid"])
+    app.terminate()
+    assert app.wait_for("terminated", timeout=60) == "terminated"

@@ -268,7 +268,8 @@ class Engine:
         else:
             try:
                 # processes resolve their peers' runtime values when they start, not at deploy
-                lenient = item.action == "stop" or (item.action == "deploy" and comp.type != "file")
+                lenient = item.action == "stop" or (item.action == "deploy" and comp.type != "file") \
+                    or getattr(runner, "remote", False)   # another portal resolves them
                 target = self._target(app, comps, comp, lenient)
             except CddlmError as e:
                 if getattr(e, "kind", "") == "unresolved-reference" and item.action != "stop" \
@@ -408,7 +409,7 @@ class Engine:
                     " (%s)" % where(app_id, comp.path) if where else ""))
             elif runner is not None:
                 try:
-                    target = self._target(app, comps, comp)
+                    target = self._target(app, comps, comp, getattr(runner, "remote", False))
                 except CddlmError as e:
                     outcomes[comp.path] = Outcome("failed", str(e))
                 else:

@@ -46,10 +46,11 @@ from cddlm.application.tables import agents, applications, components, delegatio
 from cddlm.config import Settings
 from cddlm.errors import CddlmError, RemoteFault
 from cddlm.lang import native
-from cddlm.lang.model import Component, Deployment
+from cddlm.lang.model import Component, Deployment, Lazy
 
 log = logging.getLogger(__name__)
 
+FOREIGN_WAIT = 120.0    # seconds a share waits for another host's value before it fails
 STATUS_TTL = 0.3        # seconds one ping of a sub-application answers for every component
 DOWN_PREFIX = "unreachable"     # the reason the host monitor gives; only it lifts such a mark
 CONTAINERS = ("compound", "sequence", "parallel")
@@ -101,6 +102,7 @@ class HostPortal(Protocol):
     def initialize_foreign(self, ref: Ref, language: str, text: str, properties: dict[str, str],
                            token: str) -> None: ...
     def subscribe(self, ref: Ref, consumer: str) -> None: ...
+    def resolve(self, ref: Ref, path: str) -> Any: ...
 
 
 PortalFactory = Callable[[Host], HostPortal]
@@ -145,6 +147,46 @@ def share(tree: Deployment, paths: set[str]) -> list[Component]:
     return [c for c in (cut(r, r.name) for r in tree.components) if c]
 
 
+def foreign_refs(comps: list[Component], mine: set[str]) -> set[str]:
+    """Lazy references in ``comps`` to components outside ``mine`` (on another host, or in
+    another start group): the front portal resolves them before it sends the share."""
+    found: set[str] = set()
+
+    def visit(value: Any) -> None:
+        if isinstance(value, Lazy):
+            if value.kind == "ref" and value.target.rpartition("/")[0] not in mine:
+                found.add(value.target)
+        elif isinstance(value, dict):
+            for v in value.values():
+                visit(v)
+        elif isinstance(value, list):
+            for v in value:
+                visit(v)
+
+    stack = list(comps)
+    while stack:
+        comp = stack.pop()
+        for v in comp.attributes.values():
+            visit(v)
+        stack.extend(comp.children)
+    return found
+
+
+def substitute(comps: list[Component], values: dict[str, Any]) -> list[Component]:
+    """Copies of ``comps`` with the lazy references in ``values`` replaced by their values."""
+    def sub(value: Any) -> Any:
+        if isinstance(value, Lazy) and value.kind == "ref" and value.target in values:
+            return values[value.target]
+        if isinstance(value, dict):
+            return {k: sub(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [sub(v) for v in value]
+        return value
+
+    return [Component(c.name, c.type, {k: sub(v) for k, v in c.attributes.items()},
+                      substitute(c.children, values)) for c in comps]
+
+
 def remote_info(host: str, portal: str, ref: Ref | None, reason: str, fault: str | None) -> dict:
     """What a failure's terminationInfo says of the remote side (messages.termination_info
     turns it into an ``api:RemoteFault`` with the remote fault in ``wsrf-bf:FaultCause``)."""
@@ -177,6 +219,11 @@ class RemoteRunner:
         self._status: dict[str, tuple[float, Status]] = {}
         self._shapes: dict[str, Shape] = {}        # app id -> its tree, placement, start groups
         self._ready: dict[str, Any] = {}           # token -> its row once initialized there
+        self._foreigns: dict[tuple[int, str], set[str]] = {}   # (shape, group) -> references out
+        self._waiting: dict[str, float] = {}       # token -> since when it waits for a value
+        # the runners of the other remote hosts (set by the composition root): where a lazy
+        # reference to a component on another host is resolved
+        self.peers: dict[str, "RemoteRunner"] = {}
 
     # -- plumbing ---------------------------------------------------------------------------------
     def portal(self) -> HostPortal:
@@ -255,6 +302,7 @@ class RemoteRunner:
                 with self._lock:
                     if len(self._shapes) > 256:
                         self._shapes.clear()
+                        self._foreigns.clear()
                     self._shapes[app_id] = shape
         return app, shape
 
@@ -273,7 +321,7 @@ class RemoteRunner:
                 delegations.c.grp == self._group(shape, path))
                 .order_by(delegations.c.generation.desc())).first()
 
-    def _ensure(self, app_id: str, path: str) -> Any:
+    def _ensure(self, app_id: str, path: str, initialize: bool = True) -> Any:
         """The delegation holding ``path``: recorded, created and initialized on the host
         portal (each step recorded before it is taken, and repeatable)."""
         app, shape = self._app(app_id)
@@ -297,8 +345,10 @@ class RemoteRunner:
                 self._set(token, address=ref.address, resource_id=ref.resource_id)
             else:
                 ref = Ref(row.address, row.resource_id or "")
+            if row.asked == "created" and not initialize:
+                return row
             if row.asked == "created":
-                self._initialize(ref, token, shape.tree, shape.placed, group, path)
+                self._initialize(ref, token, shape.tree, shape.placed, group, path, app_id)
                 self._subscribe(ref)
                 self._set(token, asked="initialized")
             with self.store.read() as conn:
@@ -308,12 +358,51 @@ class RemoteRunner:
                 self._ready[token] = row
             return row
 
+    def _mine(self, shape: Shape, group: str) -> set[str]:
+        return {p for p, h in shape.placed.items() if h == self.host.name and shape.groups.get(p) == group}
+
+    def _foreign(self, shape: Shape, group: str) -> set[str]:
+        key = (id(shape), group)
+        found = self._foreigns.get(key)
+        if found is None:
+            mine = self._mine(shape, group)
+            found = self._foreigns[key] = foreign_refs(share(shape.tree, mine), mine)
+        return found
+
     def _initialize(self, ref: Ref, token: str, tree: Deployment, placed: dict[str, str],
-                    group: str, path: str) -> None:
-        """Send the share: this host's leaves of ``group`` as a native descriptor."""
+                    group: str, path: str, app_id: str = "") -> None:
+        """Send the share: this host's leaves of ``group`` as a native descriptor, with the
+        lazy references to other hosts' components resolved there first (remote resolve)."""
         groups = start_groups(tree)
         mine = {p for p, h in placed.items() if h == self.host.name and groups.get(p) == group}
-        self.portal().initialize(ref, native.to_xml(share(tree, mine)), token)
+        comps = share(tree, mine)
+        foreign = foreign_refs(comps, mine)
+        if foreign:
+            comps = substitute(comps, {t: self._resolve_elsewhere(app_id, placed, t, token)
+                                       for t in sorted(foreign)})
+        self.portal().initialize(ref, native.to_xml(comps), token)
+
+    def _resolve_elsewhere(self, app_id: str, placed: dict[str, str | None], target: str,
+                           token: str) -> Any:
+        """A runtime value of a component another host portal runs, through its ``resolve``;
+        ``Later`` while it has none yet (for at most ``FOREIGN_WAIT`` seconds)."""
+        comp_path = target.rpartition("/")[0]
+        peer = self.peers.get(placed.get(comp_path) or "")
+        if peer is None:
+            raise RemoteFault("%s is on host %s, which no host portal runs: a host portal "
+                              "resolves only what portals run" % (target, placed.get(comp_path)))
+        row = peer._row(app_id, comp_path)
+        try:
+            if row is None or row.address is None:
+                raise RemoteFault("%s is not delegated yet" % comp_path)
+            value = peer.portal().resolve(Ref(row.address, row.resource_id or ""), target)
+        except (RemoteFault, AgentUnreachable, Gone) as e:
+            since = self._waiting.setdefault(token, time.monotonic())
+            if time.monotonic() - since > FOREIGN_WAIT:
+                raise RemoteFault("%s has no value after %.0f s: %s" % (target, FOREIGN_WAIT, e)) from None
+            raise Later(0.5, "waiting for %s: %s" % (target, e)) from None
+        self._waiting.pop(token, None)
+        return value
 
     def _subscribe(self, ref: Ref) -> None:
         """Push: the host portal notifies this portal of the sub-application's lifecycle
@@ -390,6 +479,14 @@ class RemoteRunner:
 
     def deploy(self, t: Target) -> Outcome:
         def go() -> Outcome:
+            _, shape = self._app(t.app_id)
+            if self._foreign(shape, self._group(shape, t.path)):
+                # it needs values of components elsewhere that exist once those run: the
+                # share is sent when its group starts, after them
+                row = self._ensure(t.app_id, t.path, initialize=False)
+                return Outcome("deployed", runtime={"subApplication": row.address,
+                                                    "subApplicationId": row.resource_id,
+                                                    "hostPortal": self.host.agent})
             row = self._ensure(t.app_id, t.path)
             st = self.status(row)
             out = self._outcome(row, st, t.path, ("deployed", "starting", "running", "completed"),
@@ -491,8 +588,11 @@ class DelegateRunner(RemoteRunner):
     def _group(self, shape: Shape, path: str) -> str:
         return "delegate:" + path
 
+    def _foreign(self, shape: Shape, group: str) -> set[str]:
+        return set()
+
     def _initialize(self, ref: Ref, token: str, tree: Deployment, placed: dict[str, str],
-                    group: str, path: str) -> None:
+                    group: str, path: str, app_id: str = "") -> None:
         node = tree.find(path)
         attrs = node.attributes if node is not None else {}
         descriptor = attrs.get("descriptor")
