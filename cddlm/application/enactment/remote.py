@@ -51,7 +51,8 @@ from cddlm.lang.model import Component, Deployment, Lazy
 log = logging.getLogger(__name__)
 
 FOREIGN_WAIT = 120.0    # seconds a share waits for another host's value before it fails
-STATUS_TTL = 0.3        # seconds one ping of a sub-application answers for every component
+SETTLE = 1.0            # seconds a deploy or start watches its sub-application before Later
+STATUS_TTL = 0.2        # seconds one ping of a sub-application answers for every component
 DOWN_PREFIX = "unreachable"     # the reason the host monitor gives; only it lifts such a mark
 CONTAINERS = ("compound", "sequence", "parallel")
 
@@ -476,6 +477,10 @@ class RemoteRunner:
             reason = "the host portal answered with a fault: %s" % e.message
             return Outcome("failed", describe(self.host.name, None, reason), runtime={
                 "remote": remote_info(self.host.name, self.host.agent, None, reason, e.cause)})
+        except Gone as e:
+            reason = "the host portal no longer knows the sub-application: %s" % e
+            return Outcome("failed", describe(self.host.name, None, reason), runtime={
+                "remote": remote_info(self.host.name, self.host.agent, None, reason, None)})
 
     def deploy(self, t: Target) -> Outcome:
         def go() -> Outcome:
@@ -488,13 +493,21 @@ class RemoteRunner:
                                                     "subApplicationId": row.resource_id,
                                                     "hostPortal": self.host.agent})
             row = self._ensure(t.app_id, t.path)
-            st = self.status(row)
-            out = self._outcome(row, st, t.path, ("deployed", "starting", "running", "completed"),
-                                "deployed")
-            if out is None:
-                raise Later(0.3, "the sub-application is still deploying")
-            return out
+            return self._settle(row, t.path, ("deployed", "starting", "running", "completed"),
+                                "deployed", "the sub-application is still deploying")
         return self._call(go)
+
+    def _settle(self, row: Any, path: str, wanted: tuple[str, ...], event: str, why: str) -> Outcome:
+        """The outcome once the component is in a ``wanted`` state (or failed), watching for up
+        to ``SETTLE`` seconds (a share settles in about that); ``Later`` after that."""
+        deadline = time.monotonic() + SETTLE
+        while True:
+            out = self._outcome(row, self.status(row), path, wanted, event)
+            if out is not None:
+                return out
+            if time.monotonic() > deadline:
+                raise Later(0.3, why)
+            time.sleep(STATUS_TTL / 2)
 
     def start(self, t: Target, known_pid: int | None, known_start: str | None, keep_lease) -> Outcome:
         def go() -> Outcome:
@@ -507,11 +520,8 @@ class RemoteRunner:
                     if st.state == "initialized":
                         self.portal().run(Ref(row.address, row.resource_id or ""))
                     self._set(row.token, asked="running")
-            st = self.status(row)
-            out = self._outcome(row, st, t.path, ("running", "completed"), "running")
-            if out is None:
-                raise Later(0.3, "the sub-application is still starting")
-            return out
+            return self._settle(row, t.path, ("running", "completed"), "running",
+                                "the sub-application is still starting")
         return self._call(go)
 
     def check(self, t: Target, pid: int | None, started: str | None) -> Outcome | None:
@@ -648,12 +658,10 @@ class Agents:
             marks = {r.name: r for r in conn.execute(select(hosts_table)).all()}
             for name, error in results.items():
                 row = known.get(name)
-                if row is None:
-                    conn.execute(insert(agents).values(host=name, last_ok=now if error is None else None,
-                                                       last_error=error, checked=now))
-                    last_ok = now if error is None else now   # a new host gets one lease of grace
-                    if error is not None:
-                        conn.execute(update(agents).where(agents.c.host == name).values(last_ok=now))
+                if row is None:     # a host seen for the first time gets one lease of grace
+                    last_ok = now
+                    conn.execute(insert(agents).values(host=name, last_ok=now, last_error=error,
+                                                       checked=now))
                 else:
                     last_ok = now if error is None else (row.last_ok or row.checked)
                     conn.execute(update(agents).where(agents.c.host == name).values(
