@@ -91,7 +91,8 @@ class MultiHost:
 
     def __enter__(self) -> "MultiHost":
         try:
-            if unavailable_reason() is None:
+            # CDDLM_TEST_LOOPBACK_HOSTS=1: host portals on 127.0.0.N even where namespaces work
+            if unavailable_reason() is None and not os.environ.get("CDDLM_TEST_LOOPBACK_HOSTS"):
                 self.netns = Cluster(self.n).__enter__()
                 places = [(h.name, h.address, h) for h in self.netns.hosts]
             else:
