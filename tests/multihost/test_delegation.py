@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+import requests
 from lxml import etree
 
 from cddlm import ns
@@ -92,6 +93,12 @@ def test_an_application_spread_over_three_host_portals_runs_in_their_namespaces(
         assert rid == c["subApplicationId"]
     status = cddlm_status(cluster.front.url, app.id)
     assert "SUB-APPLICATION" in status and all(c["subApplicationId"] in status for c in comps.values())
+    # push: the front portal takes host portals' notifications (a hint to ping now) unsigned
+    base = cluster.front.url.rsplit("/cddlm/", 1)[0]
+    for host in ("h1", "no-such-host"):
+        r = requests.post(base + "/cddlm/agents/" + host, data=b"<anything/>", timeout=10)
+        assert r.status_code == 202
+    assert app.state() == "running"
     app.terminate("done")
     assert app.wait_for("terminated", timeout=60) == "terminated"
     # every sub-application is terminated and destroyed, and its processes are gone
