@@ -192,3 +192,15 @@ def test_a_fencing_host_stops_its_part_when_its_front_portal_is_cut_off(tmp_path
         app.terminate()
         assert app.wait_for("terminated", timeout=60) == "terminated"
         assert all(host_portal_client(h).applications() == [] for h in cluster.hosts)
+
+
+def test_the_front_portal_killed_while_terminating_finishes_after_its_restart(cluster):
+    front, app = running(cluster)
+    pids = {h.name: remote_pids(h) for h in cluster.hosts}
+    app.terminate("going")
+    cluster.front.stop(signal.SIGKILL)      # the stops are queued, some perhaps sent
+    cluster.start_front()
+    app = Portal(cluster.front.url, failover=False).lookup(app.id)
+    assert app.wait_for("terminated", timeout=60) == "terminated"
+    assert wait_until(lambda: not any(alive(p) for ps in pids.values() for p in ps.values()), 20)
+    assert all(host_portal_client(h).applications() == [] for h in cluster.hosts)
