@@ -55,6 +55,9 @@ def banner(portal, log_path: str) -> list[str]:
                                                           ", down" if h["down"] else "")
                                             for h in s["hosts"]),
             "  re-adopted:  %s" % adopted,
+            *(["  role:        host portal (--agent%s): front portals delegate to it" % (
+                ", fencing after %g s" % portal.settings.fence_seconds
+                if portal.settings.fence_seconds else "")] if portal.settings.agent_mode else []),
             "  dashboard:   %s/" % portal.url.rstrip("/")]
 
 
@@ -79,6 +82,8 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
                         quotas=Quotas(**quotas(args.quota)))
     if args.agent and args.datacenter:
         raise UsageError("--agent serves one host (this machine): it takes no --datacenter")
+    if args.fence_seconds is not None and (not args.agent or args.fence_seconds <= 0):
+        raise UsageError("--fence-seconds is for a host portal (--agent), and positive")
     settings = settings.replace(agent_mode=args.agent, agent_credentials_file=args.agent_credentials,
                                 agent_lease=args.agent_lease, agent_timeout=args.agent_timeout,
                                 agent_callback_url=args.agent_callback,

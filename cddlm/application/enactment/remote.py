@@ -414,8 +414,8 @@ class RemoteRunner:
             return
         try:
             self.portal().subscribe(ref, consumer.rstrip("/") + "/cddlm/agents/" + self.host.name)
-        except (RemoteFault, Gone) as e:
-            log.info("host %s refused the lifecycle subscription: %s (pings follow it)", self.host.name, e)
+        except (RemoteFault, Gone, AgentUnreachable) as e:
+            log.info("host %s took no lifecycle subscription: %s (pings follow it)", self.host.name, e)
 
     def _set(self, token: str, **values: Any) -> None:
         self._ready.pop(token, None)
