@@ -321,6 +321,10 @@ class Service:
         validate_only = understood.get(opts.VALIDATE_ONLY)
         if validate_only is not None and validate_only.value:
             return
+        if self.engine is not None:
+            # delegate components: their portal takes (or refuses, as an api:RemoteFault
+            # raised here, nothing changed) their descriptor while the caller waits
+            self.engine.prepare_delegates(app_id, app.generation + 1, deployment)
         rows = _component_rows(app_id, deployment, placement, now)
         with self.store.write() as conn:
             app = repo.lock_app(conn, app_id)

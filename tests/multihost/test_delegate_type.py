@@ -59,17 +59,16 @@ def test_a_delegate_component_runs_as_a_sub_application_of_the_other_portal(two)
         Portal(other_lp.url, failover=False).application(ref).state()
 
 
-def test_a_delegate_the_other_portal_refuses_fails_with_its_fault(two):
+def test_a_delegate_the_other_portal_refuses_is_a_remote_fault_at_initialize(two):
     front_lp, other_lp = two
     front = Portal(front_lp.url, failover=False)
     app = front.create()
-    app.initialize(ns.NATIVE, text=outer(other_lp.url, "<not-a-descriptor/>"))
-    app.run()
-    assert app.wait_for("failed", timeout=60) == "failed"
-    info = app.ping()["terminationInfo"]
-    assert "fault" in info["reason"] and "there" == info["component"], info
-    assert info["fault"].tag == "{%s}RemoteFault" % ns.API
-    cause = info["fault"].find("{%s}FaultCause" % ns.WSRF_BF)
-    assert cause is not None and "DescriptorFault" in cause[0].tag, info
-    app.terminate()
-    assert app.wait_for("terminated", timeout=60) == "terminated"
+    with pytest.raises(PortalFault) as caught:
+        app.initialize(ns.NATIVE, text=outer(other_lp.url, "<not-a-descriptor/>"))
+    assert caught.value.fault == "RemoteFault"
+    cause = caught.value.detail.find("{%s}FaultCause" % ns.WSRF_BF)
+    assert cause is not None and cause[0].tag == "{%s}DescriptorFault" % ns.API
+    assert "there" in str(caught.value)
+    # nothing changed: here the application is still instantiated, there nothing is left
+    assert app.state() == "instantiated"
+    assert Portal(other_lp.url, failover=False).applications() == []

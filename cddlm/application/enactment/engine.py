@@ -138,13 +138,26 @@ class Engine:
         if comp.type == "delegate":
             node = self.tree(app).find(comp.path)
             url = node.attributes.get("portal") if node is not None else None
-            if self.delegate is None or not isinstance(url, str):
-                return None
-            with self._trees_lock:
-                if url not in self.delegates:
-                    self.delegates[url] = self.delegate(url)
-                return self.delegates[url]
+            return self._delegate_runner(url)
         return self.runners.get(comp.host or "")
+
+    def prepare_delegates(self, app_id: str, generation: int, tree: Deployment) -> None:
+        """At initialize: each ``delegate`` component's sub-application made and initialized
+        on its portal now, so a refusal reaches the caller (``RemoteFault``)."""
+        for path, comp in tree.walk():
+            url = comp.attributes.get("portal") if comp.type == "delegate" else None
+            runner = self._delegate_runner(url)
+            if runner is not None:
+                runner.prepare(app_id, generation, path, tree)
+
+    def _delegate_runner(self, url: object):
+        """The runner of ``delegate`` components naming portal ``url`` (one per portal)."""
+        if self.delegate is None or not isinstance(url, str):
+            return None
+        with self._trees_lock:
+            if url not in self.delegates:
+                self.delegates[url] = self.delegate(url)
+            return self.delegates[url]
 
     def values(self, app: repo.App, comps: list[repo.Component], comp: repo.Component) -> HostValues:
         runner = self.runners.get(comp.host or "")

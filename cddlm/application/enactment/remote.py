@@ -252,13 +252,7 @@ class RemoteRunner:
             if row.asked != "destroyed" and row.address:
                 ref = Ref(row.address, row.resource_id or "")
                 try:
-                    self.portal().terminate(ref, "the front application was destroyed")
-                    deadline = time.monotonic() + 2 * self.settings.agent_timeout
-                    while self.portal().status(ref).state != "terminated":
-                        if time.monotonic() > deadline:
-                            raise AgentUnreachable("still terminating")
-                        time.sleep(0.2)
-                    self.portal().destroy(ref)
+                    self._end(ref, "the front application was destroyed")
                 except Gone:
                     pass
                 except (AgentUnreachable, RemoteFault) as e:
@@ -268,6 +262,16 @@ class RemoteRunner:
                     continue
             with self.store.write() as conn:
                 conn.execute(delegations.delete().where(delegations.c.token == row.token))
+
+    def _end(self, ref: Ref, reason: str) -> None:
+        """Terminate a sub-application, wait (bounded) until it is, and destroy it."""
+        self.portal().terminate(ref, reason)
+        deadline = time.monotonic() + 2 * self.settings.agent_timeout
+        while self.portal().status(ref).state != "terminated":
+            if time.monotonic() > deadline:
+                raise AgentUnreachable("still terminating")
+            time.sleep(0.2)
+        self.portal().destroy(ref)
 
     def sweep(self) -> int:
         """Delegations whose front application is gone (destroyed while this host portal did
@@ -348,8 +352,11 @@ class RemoteRunner:
                 ref = Ref(row.address, row.resource_id or "")
             if row.asked == "created" and not initialize:
                 return row
-            if row.asked == "created":
+            if row.asked == "created" and self.portal().status(ref).state == "instantiated":
+                # (a sub-application already initialized, by an earlier try or at the front's
+                # initialize, is not sent its descriptor twice: another portal may refuse that)
                 self._initialize(ref, token, shape.tree, shape.placed, group, path, app_id)
+            if row.asked == "created":
                 self._subscribe(ref)
                 self._set(token, asked="initialized")
             with self.store.read() as conn:
@@ -614,6 +621,31 @@ class DelegateRunner(RemoteRunner):
                 raise RemoteFault("cannot read the delegate's descriptor %s: %s" % (text.strip(), e)) from None
         props = {str(k): str(v) for k, v in (attrs.get("properties") or {}).items()}
         self.portal().initialize_foreign(ref, str(attrs.get("language") or ""), text, props, token)
+
+    def prepare(self, app_id: str, generation: int, path: str, tree: Deployment) -> None:
+        """Before the front's initialize commits: make and initialize the sub-application
+        (under the token the engine's deploy uses later, which then finds it done). A fault
+        is raised as ``RemoteFault`` after the sub-application is destroyed again; a portal
+        that does not answer now is left to the engine, which keeps asking."""
+        token = token_for(app_id, generation, self.host.name, self._group(None, path))
+        try:
+            ref = self.portal().create(token)
+        except (AgentUnreachable, Gone):
+            return
+        try:
+            self._initialize(ref, token, tree, {}, "", path, app_id)
+        except AgentUnreachable:
+            return
+        except (RemoteFault, Gone) as e:
+            try:
+                self._end(ref, "its front portal's initialize was refused")
+            except (RemoteFault, Gone, AgentUnreachable):
+                pass
+            if isinstance(e, RemoteFault):
+                raise RemoteFault("component %s: the portal %s refused its descriptor: %s"
+                                  % (path, self.host.agent, e.message), e.cause) from None
+            raise RemoteFault("component %s: the portal %s lost its sub-application"
+                              % (path, self.host.agent)) from None
 
     def _component(self, st: Status, path: str) -> tuple[str, str]:
         if st.state == "terminated":
