@@ -422,7 +422,10 @@ class Engine:
                     " (%s)" % where(app_id, comp.path) if where else ""))
             elif runner is not None:
                 try:
-                    target = self._target(app, comps, comp, getattr(runner, "remote", False))
+                    # another portal's component: its portal holds its values, the runner
+                    # asks it by path (no attributes to resolve here)
+                    target = Target(app.id, comp.path, comp.type, {}, comp.host or "") \
+                        if getattr(runner, "remote", False) else self._target(app, comps, comp)
                 except CddlmError as e:
                     outcomes[comp.path] = Outcome("failed", str(e))
                 else:
