@@ -9,7 +9,7 @@ from xml.sax.saxutils import escape
 import pytest
 
 from cddlm import ns
-from cddlm.client import Portal, PortalFault, Reference
+from cddlm.client import Portal, PortalFault, Reference, Tls
 
 INNER = """<application xmlns="urn:cddlm:lang:components:1">
   <component name="worker" type="process">
@@ -72,3 +72,35 @@ def test_a_delegate_the_other_portal_refuses_is_a_remote_fault_at_initialize(two
     # nothing changed: here the application is still instantiated, there nothing is left
     assert app.state() == "instantiated"
     assert Portal(other_lp.url, failover=False).applications() == []
+
+
+def test_a_delegate_over_mutual_tls_and_one_without_the_client_certificate(live_portal, tmp_path):
+    from tests.pki import make_pki
+    pki = make_pki(tmp_path)
+    other_lp = live_portal(extra=["--tls-cert", pki.server_cert, "--tls-key", pki.server_key,
+                                  "--tls-client-ca", pki.ca_cert])
+    assert other_lp.url.startswith("https://")
+    creds = tmp_path / "agents.toml"
+    creds.write_text('[default]\nca_file = "%s"\nclient_cert = "%s"\nclient_key = "%s"\n'
+                     % (pki.ca_cert, pki.client_cert, pki.client_key))
+    trusted = live_portal(extra=["--agent-credentials", str(creds)])
+    app = Portal(trusted.url, failover=False).create()
+    app.initialize(ns.NATIVE, text=outer(other_lp.url, INNER.replace("${seconds}", "600")))
+    app.run()
+    assert app.wait_for("running", timeout=60) == "running", app.ping()
+    app.terminate()
+    assert app.wait_for("terminated", timeout=60) == "terminated"
+    # a front portal that trusts the CA but has no client certificate is not let in: its
+    # delegate fails after the lease, saying so
+    creds.write_text('[default]\nca_file = "%s"\n' % pki.ca_cert)
+    stranger = live_portal(extra=["--agent-credentials", str(creds), "--agent-lease", "2"])
+    app = Portal(stranger.url, failover=False).create()
+    app.initialize(ns.NATIVE, text=outer(other_lp.url, INNER.replace("${seconds}", "600")))
+    app.run()
+    assert app.wait_for("failed", timeout=30) == "failed"
+    info = app.ping()["terminationInfo"]
+    assert "there" == info["component"] and "no answer" in info["reason"], info
+    app.terminate()
+    assert app.wait_for("terminated", timeout=30) == "terminated"
+    assert Portal(other_lp.url, failover=False, tls=Tls(pki.ca_cert, pki.client_cert, pki.client_key)
+                  ).applications() == []

@@ -203,6 +203,8 @@ def describe(host: str, ref: Ref | None, reason: str) -> str:
 # -- the runner -----------------------------------------------------------------------------------
 class RemoteRunner:
     remote = True
+    monitored = True        # the host monitor (``Agents``) decides when silence is a failure
+    _silent_since: float | None = None
 
     def __init__(self, host: Host, store: Store, settings: Settings, factory: PortalFactory,
                  clock: Callable[[], float] = time.time,
@@ -477,8 +479,18 @@ class RemoteRunner:
 
     def _call(self, fn: Callable[[], Outcome]) -> Outcome:
         try:
-            return fn()
+            out = fn()
+            self._silent_since = None
+            return out
         except AgentUnreachable as e:
+            if not self.monitored:
+                # no host monitor watches a delegate's portal: silence for a lease fails it
+                since = self._silent_since = self._silent_since or time.monotonic()
+                if time.monotonic() - since > self.settings.agent_lease:
+                    reason = "the portal gave no answer for %.0f s: %s" % (
+                        time.monotonic() - since, e)
+                    return Outcome("failed", describe(self.host.name, None, reason), runtime={
+                        "remote": remote_info(self.host.name, self.host.agent, None, reason, None)})
             raise Later(1.0, str(e)) from None
         except RemoteFault as e:
             reason = "the host portal answered with a fault: %s" % e.message
@@ -595,6 +607,7 @@ class DelegateRunner(RemoteRunner):
     running; terminated normally: completed; failed)."""
 
     STATES = {"initialized": "deployed", "running": "running", "failed": "failed"}
+    monitored = False
 
     def __init__(self, url: str, store: Store, settings: Settings, factory: PortalFactory,
                  read: Callable[[str], bytes], clock: Callable[[], float] = time.time,
