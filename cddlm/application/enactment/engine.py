@@ -281,9 +281,10 @@ class Engine:
         else:
             try:
                 # processes resolve their peers' runtime values when they start, not at deploy
-                lenient = item.action == "stop" or (item.action == "deploy" and comp.type != "file") \
-                    or getattr(runner, "remote", False)   # another portal resolves them
-                target = self._target(app, comps, comp, lenient)
+                lenient = item.action == "stop" or (item.action == "deploy" and comp.type != "file")
+                # another portal's component: that portal resolves its attributes
+                target = Target(app.id, comp.path, comp.type, {}, comp.host or "") \
+                    if getattr(runner, "remote", False) else self._target(app, comps, comp, lenient)
             except CddlmError as e:
                 if getattr(e, "kind", "") == "unresolved-reference" and item.action != "stop" \
                         and item.attempts < WAIT_FOR_VALUE_ATTEMPTS:
