@@ -46,7 +46,7 @@ import stat
 import time
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import requests
 import zeep
@@ -405,6 +405,37 @@ class Portal:
         (holder,) = self.property("applications")
         return [Application(self, _epr_reference(epr))
                 for epr in holder.iterfind(A + "applicationReference")]
+
+    def list_applications(self, limit: int | None = None,
+                          after: str | None = None) -> tuple[list[dict], str | None]:
+        """One page of ``ext:listApplications``: the applications this caller may see, in
+        creation order (``id``, ``name``, ``state``, ``created``, ``owner``; times as the
+        portal wrote them), and the marker of the next page (None after the last)."""
+        req = etree.Element(EXT + "listApplicationsRequest", nsmap={"ext": ns.EXT})
+        if limit is not None:
+            etree.SubElement(req, EXT + "limit").text = str(int(limit))
+        if after is not None:
+            etree.SubElement(req, EXT + "after").text = after
+        out = self._invoke(lambda: _post(self, self.url, req))
+        return ([{"id": el.get("id"), "name": el.get("name"), "state": el.get("state"),
+                  "created": el.get("created"), "owner": el.get("owner")}
+                 for el in out.iterfind(EXT + "application")], out.findtext(EXT + "next"))
+
+    def each_application(self, page: int | None = None) -> Iterator[dict]:
+        """Every application this caller may see, ``page`` at a time (``list_applications``;
+        the portal's own page size if it refuses one that large)."""
+        after = None
+        while True:
+            try:
+                rows, after = self.list_applications(page, after)
+            except PortalFault as e:
+                if page is None or e.fault != "BadArgumentFault" or "limit" not in str(e):
+                    raise
+                page = None
+                continue
+            yield from rows
+            if after is None:
+                return
 
     def set_host_state(self, host: str, down: bool, reason: str | None = None) -> etree._Element:
         req = etree.Element("{%s}setHostStateRequest" % ns.EXT, nsmap={"ext": ns.EXT})

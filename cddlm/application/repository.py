@@ -258,25 +258,46 @@ def view_for(conn: Connection, app_id: str, portal: str, now: float) -> View | N
     return View(*row) if row else None
 
 
-def all_views(conn: Connection, portal: str, now: float,
-              owner: str | None = None) -> list[tuple[str, View | None]]:
-    """Every application (of ``owner`` only, when given) with its oldest live view through
-    ``portal`` (None when it has none)."""
-    first = (select(views.c.app_id, func.min(views.c.created).label("created"))
-             .where(views.c.portal == portal, _LIVE_VIEW).group_by(views.c.app_id).subquery())
-    rows = conn.execute(
-        select(applications.c.id, views.c.id, views.c.portal)
-        .select_from(applications.outerjoin(first, first.c.app_id == applications.c.id)
-                     .outerjoin(views, (views.c.app_id == first.c.app_id)
-                                & (views.c.created == first.c.created)
-                                & (views.c.portal == portal)))
-        .where(*([applications.c.owner == owner] if owner is not None else []))
-        .order_by(applications.c.created, applications.c.id), {"now": now})
-    seen: dict[str, View | None] = {}
-    for app_id, view_id, view_portal in rows:
-        if app_id not in seen or seen[app_id] is None:
-            seen[app_id] = View(view_id, app_id, view_portal) if view_id else None
-    return list(seen.items())
+def all_views(conn: Connection, portal: str, now: float, owner: str | None = None,
+              limit: int | None = None) -> list[tuple[str, View | None]]:
+    """The applications (of ``owner`` only, when given; the newest ``limit`` of them, when
+    given), oldest first, each with its oldest live view through ``portal`` (None when it has
+    none). Two index reads: the page of applications, then their views."""
+    a = applications.c
+    query = select(a.id).where(*([a.owner == owner] if owner is not None else []))
+    if limit is not None:
+        ids = [r[0] for r in conn.execute(query.order_by(a.created.desc(), a.id.desc()).limit(limit))]
+        ids.reverse()
+    else:
+        ids = [r[0] for r in conn.execute(query.order_by(a.created, a.id))]
+    found: dict[str, View] = {}
+    for start in range(0, len(ids), 500):     # bound the parameters of one statement
+        for view_id, app_id, view_portal, _created in conn.execute(
+                select(views.c.id, views.c.app_id, views.c.portal, views.c.created)
+                .where(views.c.app_id.in_(ids[start:start + 500]), views.c.portal == portal,
+                       _LIVE_VIEW).order_by(views.c.created.desc()), {"now": now}):
+            found[app_id] = View(view_id, app_id, view_portal)   # the oldest wins (last)
+    return [(app_id, found.get(app_id)) for app_id in ids]
+
+
+LISTED = (applications.c.id, applications.c.name, applications.c.state, applications.c.created,
+          applications.c.owner)
+
+
+def list_apps(conn: Connection, limit: int, after: tuple[float, str] | None = None,
+              owner: str | None = None) -> list[Any]:
+    """A page of applications (of ``owner`` only, when given) in creation order: at most
+    ``limit`` rows of ``LISTED`` after the application ``after`` names (created, id). An
+    index range (``ix_applications_created``, ``ix_applications_owner_created``)."""
+    a = applications.c
+    query = select(*LISTED)
+    if owner is not None:
+        query = query.where(a.owner == owner)
+    if after is not None:
+        created, app_id = after
+        # (created, id) > after, written so that both databases range-scan the index
+        query = query.where(a.created >= created, or_(a.created > created, a.id > app_id))
+    return conn.execute(query.order_by(a.created, a.id).limit(limit)).all()
 
 
 def delete_view(conn: Connection, view_id: str) -> int:

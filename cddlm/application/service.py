@@ -14,6 +14,7 @@ principal in the audit log, in the transaction of the change.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import time
@@ -201,11 +202,41 @@ class Service:
         return mine or self._bind(resource_id, portal)
 
     def applications(self, portal: str, *, principal: Principal = LOCAL_ADMIN) -> list[repo.View]:
-        """A view of every application ``principal`` may see, through ``portal``."""
+        """A view through ``portal`` of each of the newest ``Limits.max_listed_references``
+        applications ``principal`` may see, oldest first (``list_applications`` pages through
+        them all). Applications with no view here get one, in one transaction."""
         with self.store.read() as conn:
-            pairs = repo.all_views(conn, portal, self.clock(),
-                                   owner=None if principal.admin else principal.name)
-        return [view if view is not None else self._bind(app_id, portal) for app_id, view in pairs]
+            pairs = repo.all_views(conn, portal, self.clock(), owner=_owner_filter(principal),
+                                   limit=self.settings.limits.max_listed_references)
+        missing = [app_id for app_id, view in pairs if view is None]
+        if missing:
+            with self.store.write() as conn:
+                now = self.clock()
+                bound = {app_id: repo.view_for(conn, app_id, portal, now)
+                         or repo.new_view(conn, app_id, portal, now)
+                         for app_id in missing if repo.get_app(conn, app_id) is not None}
+            pairs = [(app_id, view or bound.get(app_id)) for app_id, view in pairs]
+        return [view for _, view in pairs if view is not None]   # (destroyed meanwhile: gone)
+
+    def list_applications(self, limit: int | None = None, after: str | None = None, *,
+                          principal: Principal = LOCAL_ADMIN) -> tuple[list[dict], str | None]:
+        """A page of the applications ``principal`` may see, in creation order: at most
+        ``limit`` (default ``Limits.list_page_size``, at most ``Limits.max_list_page``) after
+        the continuation marker ``after`` (the ``next`` of the previous page); each ``id``,
+        ``name``, ``state``, ``created``, ``owner``. Returns (page, the next page's marker,
+        None after the last page). One index range read; nothing is written."""
+        lim = self.settings.limits
+        limit = lim.list_page_size if limit is None else limit
+        if not 1 <= limit <= lim.max_list_page:
+            raise BadArgument("limit must be between 1 and %d (page on with the continuation "
+                              "marker)" % lim.max_list_page)
+        position = listing_position(after) if after is not None else None
+        with self.store.single() as conn:
+            rows = repo.list_apps(conn, limit + 1, position, owner=_owner_filter(principal))
+        page = [{"id": r.id, "name": r.name, "state": r.state, "created": r.created,
+                 "owner": r.owner} for r in rows[:limit]]
+        more = len(rows) > limit
+        return page, (listing_marker(page[-1]["created"], page[-1]["id"]) if more else None)
 
     def dynamic_info(self, *, principal: Principal = LOCAL_ADMIN) -> dict:
         """Counts of applications per state, queued work and undelivered notifications (of
@@ -571,6 +602,33 @@ class Service:
                              detail="%s%s" % (name, ": " + reason if reason else ""))
         if down and self.engine is not None:
             self.engine.check_all(host=name)
+
+def _owner_filter(principal: Principal) -> str | None:
+    """The owner a listing is limited to (None: everyone's, for an administrator)."""
+    return None if principal.admin else principal.name
+
+
+def listing_marker(created: float, app_id: str) -> str:
+    """The continuation marker after the application (created, id): opaque to clients."""
+    return base64.urlsafe_b64encode(("%r %s" % (created, app_id)).encode()).decode().rstrip("=")
+
+
+def listing_position(marker: str) -> tuple[float, str]:
+    """(created, id) of a continuation marker; ``BadArgument`` for one this portal did not give."""
+    marker = marker.strip()
+    try:
+        if len(marker) > 200:
+            raise ValueError
+        created, _, app_id = base64.urlsafe_b64decode(marker + "=" * (-len(marker) % 4)) \
+            .decode("ascii").partition(" ")
+        position = float(created), app_id
+        if not app_id.startswith("urn:uuid:") or position[0] != position[0]:
+            raise ValueError
+    except ValueError:     # binascii.Error and UnicodeDecodeError are ValueErrors
+        raise BadArgument("%r is not a continuation marker this portal gave (use the next of "
+                          "the previous page, or none for the first page)" % marker[:80]) from None
+    return position
+
 
 def _owner(conn, app_id: str) -> str | None:
     app = repo.get_app(conn, app_id)

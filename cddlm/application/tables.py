@@ -57,6 +57,9 @@ Index("ix_applications_live_owner_name", applications.c.owner, applications.c.na
       sqlite_where=_LIVE, postgresql_where=_LIVE)
 Index("ix_applications_name", applications.c.name)
 Index("ix_applications_owner_token", applications.c.owner, applications.c.client_token, unique=True)
+# listings page in creation order (everyone's, or one owner's): a page is an index range
+Index("ix_applications_created", applications.c.created, applications.c.id)
+Index("ix_applications_owner_created", applications.c.owner, applications.c.created, applications.c.id)
 
 views = Table(
     "views", metadata,

@@ -138,12 +138,13 @@ def lookup(portal, app: str):
             if e.fault != "NoSuchApplicationFault":
                 raise
     elif ID_PREFIX.match(bare):
-        found = [a for a in portal.applications() if a.id.lower().startswith("urn:uuid:" + bare.lower())]
+        found = [a["id"] for a in portal.each_application(10_000)
+                 if a["id"].lower().startswith("urn:uuid:" + bare.lower())]
         if len(found) == 1:
-            return found[0]
+            return portal.lookup(found[0])
         if found:
             raise CliError("%r is the beginning of %d application ids (%s)" % (
-                app, len(found), ", ".join(sorted(a.id for a in found)[:5])),
+                app, len(found), ", ".join(sorted(found)[:5])),
                 "give more of the id, or the name")
     raise CliError("no application named %r or with that id" % app, "`cddlm ls` lists them")
 

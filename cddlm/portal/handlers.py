@@ -112,6 +112,23 @@ class Handlers:
             _q(ns.EXT, "portals"): lambda: [self.portals(req.portal)],
         })
 
+    def list_applications(self, req: Request) -> etree._Element:
+        """``ext:listApplications``: a page of the applications the caller may see, in creation
+        order, each its id, name, state, created and owner; ``ext:next`` continues it."""
+        ext = "{%s}" % ns.EXT
+        limit, after = req.body.findtext(ext + "limit"), req.body.findtext(ext + "after")
+        page, marker = self.service.list_applications(
+            int(limit) if limit is not None else None, after, principal=req.principal)
+        out = etree.Element(ext + "listApplicationsResponse", nsmap={"ext": ns.EXT})
+        for a in page:
+            el = etree.SubElement(out, ext + "application", id=a["id"], state=a["state"],
+                                  created=format_datetime(a["created"]), owner=a["owner"])
+            if a["name"] is not None:
+                el.set("name", a["name"])
+        if marker is not None:
+            etree.SubElement(out, ext + "next").text = marker
+        return out
+
     def portals(self, me: str) -> etree._Element:
         """``ext:portals``: every live portal of the store, its endpoint EPR and times, this
         one marked ``self``."""
@@ -396,6 +413,8 @@ class Handlers:
             m.q("rebindRequest"): Operation(self.rebind, api_action("Portal", "rebind")),
             _q(ns.EXT, "setHostStateRequest"): Operation(self.set_host_state,
                                                            ns.EXT + ":Portal:setHostStateResponse"),
+            _q(ns.EXT, "listApplicationsRequest"): Operation(
+                self.list_applications, ns.EXT + ":Portal:listApplicationsResponse"),
             _q(RL, "Destroy"): Operation(self.destroy_portal,
                                          RLW + "ImmediateResourceTermination/DestroyResponse"),
             _q(RL, "SetTerminationTime"): Operation(

@@ -1,0 +1,26 @@
+"""applications are listed in pages in the order they were created (ext:listApplications,
+api:applications, the dashboard), everyone's or one owner's: indexes on (created, id) and
+(owner, created, id), so a page is an index range and not a sort of every row
+
+Revision ID: 0004
+Revises: 0003
+"""
+
+from alembic import op
+
+
+revision = '0004'
+down_revision = '0003'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.create_index('ix_applications_created', 'applications', ['created', 'id'], unique=False)
+    op.create_index('ix_applications_owner_created', 'applications', ['owner', 'created', 'id'],
+                    unique=False)
+
+
+def downgrade() -> None:
+    op.drop_index('ix_applications_owner_created', table_name='applications')
+    op.drop_index('ix_applications_created', table_name='applications')
