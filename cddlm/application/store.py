@@ -196,6 +196,8 @@ class Store:
 
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
+        if self._at_head(cfg):
+            return     # the usual start: nothing to migrate, and nothing to check row by row
         if self.is_sqlite:
             self._migrate_sqlite(cfg)
             return
@@ -203,6 +205,17 @@ class Store:
             conn.execute(text("SELECT pg_advisory_xact_lock(4242001)"))
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
+
+    def _at_head(self, cfg) -> bool:
+        """Whether the schema is at the newest revision already (one read of alembic_version;
+        a start over a large store must not pay for what only a migration needs)."""
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+        heads = set(ScriptDirectory.from_config(cfg).get_heads())
+        with self._translate(), self.engine.connect() as conn:
+            current = set(MigrationContext.configure(conn).get_current_heads())
+            conn.rollback()
+        return current == heads
 
     def _migrate_sqlite(self, cfg) -> None:
         """SQLite cannot drop a constraint, so a migration may rebuild a table (copy, drop,

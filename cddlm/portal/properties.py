@@ -139,11 +139,11 @@ def operations(source: Callable[[Request], Properties], xpath: XPathPool) -> dic
     return {
         RP + "GetResourceProperty": Operation(
             wrap(get_property), RPW + "GetResourceProperty/GetResourcePropertyResponse",
-            validate=False),
+            validate=False, direct=True),
         RP + "GetMultipleResourceProperties": Operation(
             wrap(get_multiple),
             RPW + "GetMultipleResourceProperties/GetMultipleResourcePropertiesResponse",
-            validate=False),
+            validate=False, direct=True),
         RP + "GetResourcePropertyDocument": Operation(
             wrap(get_document),
             RPW + "GetResourcePropertyDocument/GetResourcePropertyDocumentResponse"),
