@@ -9,7 +9,7 @@ whole lifecycle (terminated) and one only created (instantiated), made first by 
 their own. ``--live`` of the copies are instantiated, the rest terminated.
 
 For an empty store and one of ``--apps`` applications, on SQLite and on the local PostgreSQL
-(127.0.0.1:5432, database test, a schema of its own, dropped afterwards):
+(127.0.0.1:5432, database test, a fresh schema, dropped afterwards):
   - startup: ``cddlm portal serve`` started until it prints ``portal ready at``;
   - create: ``--creates`` sequential creates over HTTP (keep-alive), p50 and p99.
 Then `cddlm ls` over ``--ls-apps`` applications (SQLite), the whole command and its one
@@ -36,8 +36,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "benchmarks")]
 
 from deploy_latency import Conn, pct  # noqa: E402
+from tests.conftest import pg_schema_url as pg_schema, postgres_available  # noqa: E402
 
-PG_URL = "postgresql://postgres@127.0.0.1:5432/test"
 NATIVE = "urn:cddlm:lang:components:1"
 ONE = ('<application xmlns="%s"><component name="s" type="process"><attribute name="argv">'
        '<item>sleep</item><item>600</item></attribute></component></application>' % NATIVE)
@@ -141,8 +141,8 @@ def fill(url: str, rows: dict, n: int, live: float) -> float:
                             conn.execute(t.insert(), batch[t.name])
                 batch = {}
         if not store.is_sqlite:    # what autovacuum does within a minute of a bulk load
-            with store.write() as conn:
-                conn.exec_driver_sql("ANALYZE")
+            with store.engine.connect() as conn:
+                conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM ANALYZE")
     finally:
         store.dispose()
     return time.perf_counter() - started
@@ -183,28 +183,6 @@ def creates(base: str, count: int) -> list[float]:
         c.create("bench-%s-%d" % (uuid.uuid4().hex[:6], i))
         out.append(time.perf_counter() - t0)
     return out
-
-
-@contextlib.contextmanager
-def pg_schema():
-    import psycopg
-    schema = "sr_bench_" + uuid.uuid4().hex[:10]
-    with psycopg.connect(PG_URL, autocommit=True) as conn:
-        conn.execute('CREATE SCHEMA "%s"' % schema)
-    try:
-        yield PG_URL + "?options=-csearch_path%%3D%s" % schema
-    finally:
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute('DROP SCHEMA "%s" CASCADE' % schema)
-
-
-def postgres_available() -> bool:
-    try:
-        import psycopg
-        with psycopg.connect(PG_URL, connect_timeout=2):
-            return True
-    except Exception:
-        return False
 
 
 def measure(tmp: str, label: str, rows: dict, n: int, args, db_factory) -> tuple[float, float, float]:
@@ -262,6 +240,7 @@ def main() -> int:
     parser.add_argument("--creates", type=int, default=400)
     parser.add_argument("--live", type=float, default=0.05, help="fraction left instantiated")
     parser.add_argument("--no-postgres", action="store_true")
+    parser.add_argument("--only", choices=("sqlite", "postgresql", "ls"), help="one part only")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="cddlm-store-scale-")
     try:
@@ -277,13 +256,16 @@ def main() -> int:
             else:
                 print("(no PostgreSQL answers on 127.0.0.1:5432: SQLite only)")
         for label, factory in stores:
+            if args.only and args.only != label:
+                continue
             empty = measure(tmp, label, rows, 0, args, factory)
             full = measure(tmp, label, rows, args.apps, args, factory)
             print("%-10s startup %.2f s (target 5 s); create p99 %.1f ms = %.2f x the empty "
                   "store's %.1f ms (target 2 x); p50 %.2f x" % (
                       label, full[0], full[2] * 1000, full[2] / empty[2], empty[2] * 1000,
                       full[1] / empty[1]), flush=True)
-        ls_figures(tmp, rows, args.ls_apps)
+        if args.only in (None, "ls"):
+            ls_figures(tmp, rows, args.ls_apps)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

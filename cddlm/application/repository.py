@@ -173,11 +173,12 @@ def lock_app(conn: Connection, app_id: str) -> App | None:
     return App.from_row(row) if row else None
 
 
-def app_by_view(conn: Connection, view_id: str, now: float) -> App | None:
+def app_by_view(store: Any, view_id: str, now: float) -> App | None:
     """The application a live view names (one indexed join; the hot path of every app
-    request); ``view_termination_time`` on it is the view's own termination time."""
-    row = conn.execute(_APP_BY_VIEW, {"view": view_id, "now": now}).first()
-    return App.from_row(row) if row else None
+    request, read through ``Store.first``: the driver directly, no transaction);
+    ``view_termination_time`` on it is the view's own termination time."""
+    row = store.first(_APP_BY_VIEW, {"view": view_id, "now": now})
+    return App(row) if row is not None else None
 
 
 def app_by_name(conn: Connection, name: str, owner: str | None = None) -> App | None:

@@ -283,8 +283,7 @@ class Service:
                      principal: Principal = LOCAL_ADMIN) -> repo.App:
         """The application a live view names (``view_termination_time`` on it: the view's),
         when ``principal`` may see it."""
-        with self.store.single() as conn:
-            app = repo.app_by_view(conn, view_id, self.clock())
+        app = repo.app_by_view(self.store, view_id, self.clock())
         if app is None or (resource_id and resource_id != app.id) \
                 or not tenancy.visible(app.owner, principal):
             raise ResourceUnknown("no application view %s" % view_id)
