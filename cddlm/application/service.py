@@ -44,6 +44,7 @@ from cddlm.config import Settings
 from cddlm.errors import (BadArgument, DeploymentFailed, NoSuchApplication, ResolutionError, ResourceUnknown,
                           UnableToSetTerminationTime)
 from cddlm.lang import registry
+from cddlm.lang.documents import parse_xml
 from cddlm.lang.model import Deployment
 from cddlm.xsdtypes import parse_time
 
@@ -381,7 +382,7 @@ class Service:
             return d.body, etree.tostring(d.body, encoding="unicode")
         if d.text is not None:
             if lang.body == "xml":   # a malformed one is a DescriptorFault, as a body or reference is
-                return registry.parse_xml(d.text, self.settings.limits), d.text
+                return parse_xml(d.text, self.settings.limits), d.text
             return d.text, d.text
         raise BadArgument("the descriptor has neither body, text nor reference")
 
