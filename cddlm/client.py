@@ -57,7 +57,6 @@ from cddlm import ns, wsa, xmlsafe
 from cddlm.config import DEFAULT_PORTAL
 from cddlm.errors import ClientError
 from cddlm.listener import Event, Listener
-from cddlm.notify.messages import MANAGER_PATH, PORTAL_PATH
 from cddlm.notify.topics import topic_element
 
 __all__ = ["Application", "ClientConfig", "Credentials", "Event", "Listener", "Portal", "PortalFault",
@@ -815,9 +814,9 @@ class Subscription:
     def _readdress(self) -> None:
         """The manager answers through every portal of the store: the same path on the
         client's (live) portal."""
-        base = self.portal.url[:-len(PORTAL_PATH)] if self.portal.url.endswith(PORTAL_PATH) \
+        base = self.portal.url[:-len(ns.PORTAL_PATH)] if self.portal.url.endswith(ns.PORTAL_PATH) \
             else self.portal.url
-        self.address = base + MANAGER_PATH + self.address.rstrip("/").rsplit("/", 1)[-1]
+        self.address = base + ns.MANAGER_PATH + self.address.rstrip("/").rsplit("/", 1)[-1]
 
     def renew(self, termination: str) -> str | None:
         """A new termination time (xsd:dateTime or xsd:duration); returns it as set."""

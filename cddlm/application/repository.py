@@ -22,7 +22,7 @@ from cddlm.application.tables import (LOCAL_OWNER, applications, components, eve
 
 LIFECYCLE_TOPIC = ns.LIFECYCLE_TOPIC
 CREATED_TOPIC = ns.CREATED_TOPIC
-PORTAL_PRODUCER = "portal"
+PORTAL_PRODUCER = ns.PORTAL_PRODUCER
 
 
 class _Json:

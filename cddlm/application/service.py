@@ -25,6 +25,7 @@ from lxml import etree
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from cddlm import ns
 from cddlm.application import (audit as audit_log, descriptors, lifecycle, options as opts, secrets,
                                tenancy)
 from cddlm.application import repository as repo
@@ -48,12 +49,8 @@ from cddlm.lang.documents import parse_xml
 from cddlm.lang.model import Deployment
 from cddlm.xsdtypes import parse_time
 
-APP_PATH = "/cddlm/applications/"
-
-
-def app_address(portal: str, view_id: str) -> str:
-    """The address of application view ``view_id`` on the portal at base URL ``portal``."""
-    return portal.rstrip("/") + APP_PATH + view_id
+APP_PATH = ns.APP_PATH
+app_address = ns.app_address
 
 
 @dataclass
