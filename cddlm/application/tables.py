@@ -70,6 +70,7 @@ views = Table(
     Column("termination_time", Float, nullable=True),        # WS-RL: the view ends then
 )
 Index("ix_views_app_id", views.c.app_id)
+Index("ix_views_termination_time", views.c.termination_time)   # the scheduler's views due
 
 history = Table(
     "history", metadata,

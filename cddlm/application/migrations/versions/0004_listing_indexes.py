@@ -1,6 +1,8 @@
 """applications are listed in pages in the order they were created (ext:listApplications,
 api:applications, the dashboard), everyone's or one owner's: indexes on (created, id) and
-(owner, created, id), so a page is an index range and not a sort of every row
+(owner, created, id), so a page is an index range and not a sort of every row; views by
+termination time, so the scheduler's check for views due (every second) is not a scan of
+every view
 
 Revision ID: 0004
 Revises: 0003
@@ -19,8 +21,10 @@ def upgrade() -> None:
     op.create_index('ix_applications_created', 'applications', ['created', 'id'], unique=False)
     op.create_index('ix_applications_owner_created', 'applications', ['owner', 'created', 'id'],
                     unique=False)
+    op.create_index('ix_views_termination_time', 'views', ['termination_time'], unique=False)
 
 
 def downgrade() -> None:
+    op.drop_index('ix_views_termination_time', table_name='views')
     op.drop_index('ix_applications_owner_created', table_name='applications')
     op.drop_index('ix_applications_created', table_name='applications')
