@@ -218,7 +218,8 @@ class Store:
 
     # -- schema -----------------------------------------------------------------------------
     def migrate(self) -> None:
-        """Bring the schema to the newest revision (Alembic), safely with several portals."""
+        """Bring the schema to the newest revision (Alembic; every head, should work done in
+        parallel have branched from one revision), safely with several portals."""
         from alembic import command
         from alembic.config import Config
 
@@ -232,7 +233,7 @@ class Store:
         with self.write() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(4242001)"))
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            command.upgrade(cfg, "heads")
 
     def _at_head(self, cfg) -> bool:
         """Whether the schema is at the newest revision already (one read of alembic_version;
@@ -258,7 +259,7 @@ class Store:
                 conn.execution_options(cddlm_single=False, cddlm_write=True)
                 with conn.begin():
                     cfg.attributes["connection"] = conn
-                    command.upgrade(cfg, "head")
+                    command.upgrade(cfg, "heads")
                     broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
                     if broken:
                         raise StoreUnavailable("the schema migration left rows without their "

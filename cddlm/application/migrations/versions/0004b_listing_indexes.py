@@ -4,14 +4,17 @@ api:applications, the dashboard), everyone's or one owner's: indexes on (created
 termination time, so the scheduler's check for views due (every second) is not a scan of
 every view
 
-Revision ID: 0004
+Revision ID: 0004b
 Revises: 0003
+
+(A branch of its own from 0003, beside other work's 0004: ``Store.migrate`` upgrades every
+head, and the next migration names both as its down revisions.)
 """
 
 from alembic import op
 
 
-revision = '0004'
+revision = '0004b'
 down_revision = '0003'
 branch_labels = None
 depends_on = None
