@@ -108,6 +108,7 @@ components = Table(
     Column("updated", Float, nullable=False),
 )
 Index("ix_components_host", components.c.host)
+Index("ix_components_observed", components.c.observed)   # the running ones: liveness, re-adoption
 
 work = Table(
     "work", metadata,
