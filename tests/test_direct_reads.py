@@ -49,6 +49,8 @@ CASES = {
     "portal unknown": ("/cddlm/portal", envelope(GET % "api:state")),
     "SOAP 1.2": ("app", envelope(GET % "api:state", env="http://www.w3.org/2003/05/soap-envelope")),
     "not well-formed": ("app", b"<soapenv:Envelope"),
+    "a DTD": ("app", b'<!DOCTYPE x [<!ENTITY e "e">]><x>&e;</x>'),
+    "too deep": ("app", envelope(GET % "api:state", "<x:a>" * 300 + "</x:a>" * 300)),
     "not an envelope": ("app", b"<x/>"),
     "a write": ("app", envelope("<api:runRequest/>")),
 }
@@ -94,7 +96,8 @@ def test_every_read_and_fault_is_the_same_on_both_paths(portal):
     assert statuses["state"] == statuses["several"] == statuses["portal property"] == 200
     # and the reads really went around Spyne: with its applications gone they still answer
     direct.app.apps = {}
-    for name in ("state", "several", "unknown property", "mustUnderstand", "unknown view"):
+    for name in ("state", "several", "unknown property", "mustUnderstand", "unknown view",
+                 "not well-formed", "a DTD"):
         to, data = CASES[name]
         path = "/cddlm/applications/" + view.id if to == "app" else to
         assert direct.request("POST", path, data)[0] == statuses[name], name

@@ -212,26 +212,30 @@ class Exchange:
         return env
 
     def direct(self, data: bytes, env: dict) -> tuple[str, list[tuple[str, str]], bytes] | None:
-        """(status, headers, body) for a request to a ``direct`` operation; None for any
-        other request (then Spyne answers it, reusing the parsed document: ``DOCUMENT``)."""
+        """(status, headers, body) for a request to a ``direct`` operation, or one that does
+        not parse (the same fault Spyne's path gives it, without parsing or waiting twice);
+        None for any other request (then Spyne answers it, reusing the parsed document:
+        ``DOCUMENT``)."""
         if not self.direct_tags:
-            return None
-        try:
-            root = self.parse(data)
-        except SoapFault:
-            return None            # Spyne parses it again and answers the same fault
-        body = root.find("{%s}Body" % ENV) if root.tag == "{%s}Envelope" % ENV else None
-        first = next((c for c in body if isinstance(c.tag, str)), None) if body is not None else None
-        if first is None or first.tag not in self.direct_tags:
-            env[DOCUMENT] = root
             return None
         state = _State()
         error: SoapFault | None = None
         try:
-            self.decompose(state, root, env)
-            self.run(state)
+            root = self.parse(data)
         except SoapFault as e:
-            error = e
+            root, error = None, e
+        if root is not None:
+            body = root.find("{%s}Body" % ENV) if root.tag == "{%s}Envelope" % ENV else None
+            first = next((c for c in body if isinstance(c.tag, str)), None) \
+                if body is not None else None
+            if first is None or first.tag not in self.direct_tags:
+                env[DOCUMENT] = root
+                return None
+            try:
+                self.decompose(state, root, env)
+                self.run(state)
+            except SoapFault as e:
+                error = e
         out = etree.tostring(self.envelope(state, error), encoding="UTF-8", xml_declaration=True)
         headers = [("Content-Type", CONTENT_TYPE)]
         if error is None:
