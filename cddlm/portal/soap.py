@@ -6,6 +6,12 @@ authenticate the caller (``portal/auth.py``: the request's principal, before any
 looked at), route on the full QName of the body element through the endpoint's operation
 table, validate the body against the project's schemas, and write the whole response envelope
 itself (body, fault and WS-Addressing headers) in place of Spyne's serializer.
+
+Those steps are one ``Exchange`` per endpoint, which Spyne's protocol calls. The hottest reads
+(operations marked ``direct``: GetResourceProperty, GetMultipleResourceProperties) are
+answered by ``Exchange.direct`` through the very same steps without Spyne's WSGI plumbing,
+which cost more than the read itself; ``tests/test_direct_reads.py`` holds the two paths to
+the same bytes on the wire.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ WSDL/XSD folder, with the request-size limit enforced before a body is read.
     everything else                the read-only dashboard and its JSON API (``cddlm/web``),
                                    when the composition root passes one in
 
+The hot reads of each SOAP endpoint are answered by its ``soap.Exchange`` directly, the rest
+through Spyne (``portal/soap.py``).
+
 A web page its operator visits must not be able to drive a portal (on loopback by default):
 ``refusal`` turns away, before anything else, requests whose ``Host`` is a name the portal
 does not answer to (DNS rebinding: a page's own name pointed at 127.0.0.1), requests from
