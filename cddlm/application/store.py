@@ -193,6 +193,7 @@ class Store:
             shape = self._compiled[statement] = (compiled.string, order, names)
         sql, order, names = shape
         args = tuple(params[k] for k in order) if order is not None else params
+        dbapi_module = self.engine.dialect.loaded_dbapi
         with self.single() as conn:
             dbapi = conn.connection.dbapi_connection
             try:
@@ -202,7 +203,8 @@ class Store:
                     row = cursor.fetchone()
                 finally:
                     cursor.close()
-            except self.engine.dialect.loaded_dbapi.OperationalError as e:
+            except (dbapi_module.OperationalError, dbapi_module.InterfaceError) as e:
+                conn.invalidate()     # gone or broken: the pool must not reuse it
                 raise OperationalError(sql, args, e) from None   # single() translates it
         return dict(zip(names, row)) if row is not None else None
 
