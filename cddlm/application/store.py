@@ -193,19 +193,24 @@ class Store:
             shape = self._compiled[statement] = (compiled.string, order, names)
         sql, order, names = shape
         args = tuple(params[k] for k in order) if order is not None else params
-        dbapi_module = self.engine.dialect.loaded_dbapi
-        with self.single() as conn:
-            dbapi = conn.connection.dbapi_connection
+        driver = self.engine.dialect.loaded_dbapi
+        conn = getattr(self._local, "conn", None)   # single()'s, without its transaction marker
+        try:
+            if conn is None:
+                with self._translate():
+                    conn = self._local.conn = self._single.connect()
+            cursor = conn.connection.dbapi_connection.cursor()
             try:
-                cursor = dbapi.cursor()
-                try:
-                    cursor.execute(sql, args)
-                    row = cursor.fetchone()
-                finally:
-                    cursor.close()
-            except (dbapi_module.OperationalError, dbapi_module.InterfaceError) as e:
-                conn.invalidate()     # gone or broken: the pool must not reuse it
-                raise OperationalError(sql, args, e) from None   # single() translates it
+                cursor.execute(sql, args)
+                row = cursor.fetchone()
+            finally:
+                cursor.close()
+        except (driver.OperationalError, driver.InterfaceError) as e:
+            self._local.conn = None     # gone or broken: the pool must not reuse it
+            if conn is not None:
+                conn.invalidate()
+                conn.close()
+            raise StoreUnavailable("database unavailable: %s" % e) from None
         return dict(zip(names, row)) if row is not None else None
 
     @contextlib.contextmanager
