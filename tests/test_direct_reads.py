@@ -47,6 +47,14 @@ CASES = {
     "portal property": ("/cddlm/portal", envelope(GET % "api:dynamicInfo", ADDRESSED)),
     "portal document": ("/cddlm/portal", envelope("<wsrf-rp:GetResourcePropertyDocument/>")),
     "portal unknown": ("/cddlm/portal", envelope(GET % "api:state")),
+    "lookup by name": ("/cddlm/portal", envelope("<api:lookupRequest><api:name>same</api:name>"
+                                                 "</api:lookupRequest>", ADDRESSED)),
+    "lookup by id": ("/cddlm/portal", envelope("<api:lookupRequest><api:ResourceId>{id}"
+                                               "</api:ResourceId></api:lookupRequest>")),
+    "lookup unknown": ("/cddlm/portal", envelope("<api:lookupRequest><api:name>nobody</api:name>"
+                                                 "</api:lookupRequest>")),
+    "lookup invalid": ("/cddlm/portal", envelope("<api:lookupRequest><api:nonsense/>"
+                                                 "</api:lookupRequest>")),
     "SOAP 1.2": ("app", envelope(GET % "api:state", env="http://www.w3.org/2003/05/soap-envelope")),
     "not well-formed": ("app", b"<soapenv:Envelope"),
     "a DTD": ("app", b'<!DOCTYPE x [<!ENTITY e "e">]><x>&e;</x>'),
@@ -92,12 +100,15 @@ def test_every_read_and_fault_is_the_same_on_both_paths(portal):
     statuses = {}
     for name, (to, data) in CASES.items():
         path = "/cddlm/applications/" + view.id if to == "app" else to
+        data = data.replace(b"{id}", app.id.encode())
         statuses[name], body = _compare(portal, direct, spyne, path, data)
     assert statuses["state"] == statuses["several"] == statuses["portal property"] == 200
+    assert statuses["lookup by name"] == statuses["lookup by id"] == 200
+    assert statuses["lookup unknown"] == statuses["lookup invalid"] == 500
     # and the reads really went around Spyne: with its applications gone they still answer
     direct.app.apps = {}
     for name in ("state", "several", "unknown property", "mustUnderstand", "unknown view",
-                 "not well-formed", "a DTD"):
+                 "not well-formed", "a DTD", "lookup by name", "lookup invalid"):
         to, data = CASES[name]
         path = "/cddlm/applications/" + view.id if to == "app" else to
         assert direct.request("POST", path, data)[0] == statuses[name], name

@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 
 from cddlm import ns
 from cddlm.application import lifecycle
+from cddlm.application.store import Store
 from cddlm.application.tables import (LOCAL_OWNER, applications, components, events, history, hosts,
                                      nonces, views, work)
 
@@ -153,9 +154,20 @@ def new_id() -> str:
 
 
 # -- applications ----------------------------------------------------------------------------
-def get_app(conn: Connection, app_id: str) -> App | None:
-    row = conn.execute(_GET_APP, {"app_id": app_id}).first()
-    return App.from_row(row) if row else None
+def _row(source: "Connection | Store", statement: Any, params: dict) -> Any:
+    """The first row of a prebuilt statement as a mapping (None: no row): on a connection, in
+    its transaction; given the store, through ``Store.first`` (the driver directly, no
+    transaction: the hot reads, where SQLAlchemy's work per execution cost more than the
+    database's)."""
+    if isinstance(source, Connection):
+        row = source.execute(statement, params).first()
+        return row._mapping if row is not None else None
+    return source.first(statement, params)
+
+
+def get_app(conn: "Connection | Store", app_id: str) -> App | None:
+    row = _row(conn, _GET_APP, {"app_id": app_id})
+    return App(row) if row is not None else None
 
 
 _APP_BY_VIEW = (select(*APP_COLUMNS, views.c.app_id.label("view_app"),
@@ -173,22 +185,21 @@ def lock_app(conn: Connection, app_id: str) -> App | None:
     return App.from_row(row) if row else None
 
 
-def app_by_view(store: Any, view_id: str, now: float) -> App | None:
+def app_by_view(conn: "Connection | Store", view_id: str, now: float) -> App | None:
     """The application a live view names (one indexed join; the hot path of every app
-    request, read through ``Store.first``: the driver directly, no transaction);
-    ``view_termination_time`` on it is the view's own termination time."""
-    row = store.first(_APP_BY_VIEW, {"view": view_id, "now": now})
+    request); ``view_termination_time`` on it is the view's own termination time."""
+    row = _row(conn, _APP_BY_VIEW, {"view": view_id, "now": now})
     return App(row) if row is not None else None
 
 
-def app_by_name(conn: Connection, name: str, owner: str | None = None) -> App | None:
+def app_by_name(conn: "Connection | Store", name: str, owner: str | None = None) -> App | None:
     """The live application of that name, else the newest terminated one (of ``owner`` only,
     when given)."""
     if owner is None:
-        row = conn.execute(_APP_BY_NAME, {"name": name}).first()
+        row = _row(conn, _APP_BY_NAME, {"name": name})
     else:
-        row = conn.execute(_OWNED_APP_BY_NAME, {"name": name, "owner": owner}).first()
-    return App.from_row(row) if row else None
+        row = _row(conn, _OWNED_APP_BY_NAME, {"name": name, "owner": owner})
+    return App(row) if row is not None else None
 
 
 def app_by_token(conn: Connection, token: str, owner: str = LOCAL_OWNER) -> App | None:
@@ -253,10 +264,11 @@ def get_view(conn: Connection, view_id: str) -> View | None:
     return View(*row) if row else None
 
 
-def view_for(conn: Connection, app_id: str, portal: str, now: float) -> View | None:
+def view_for(conn: "Connection | Store", app_id: str, portal: str, now: float) -> View | None:
     """The oldest live view of the application through ``portal``."""
-    row = conn.execute(_VIEW_FOR, {"app_id": app_id, "portal": portal, "now": now}).first()
-    return View(*row) if row else None
+    row = _row(conn, _VIEW_FOR, {"app_id": app_id, "portal": portal, "now": now})
+    return View(row["id"], row["app_id"], row["portal"], row["termination_time"]) \
+        if row is not None else None
 
 
 def all_views(conn: Connection, portal: str, now: float, owner: str | None = None,

@@ -148,18 +148,18 @@ class Service:
 
     def lookup(self, portal: str, resource_id: str | None = None,
                name: str | None = None, *, principal: Principal = LOCAL_ADMIN) -> repo.View:
-        with self.store.read() as conn:
-            if resource_id:
-                app = repo.get_app(conn, resource_id)
-            elif principal.admin:   # an administrator's own application of that name first
-                app = repo.app_by_name(conn, name or "", principal.name) or \
-                    repo.app_by_name(conn, name or "")
-            else:
-                app = repo.app_by_name(conn, name or "", principal.name)
-            if app is None or not tenancy.visible(app.owner, principal):
-                raise NoSuchApplication("no application %s" % (
-                    ("with id %s" % resource_id) if resource_id else ("named %r" % name)))
-            view = repo.view_for(conn, app.id, portal, self.clock())
+        store = self.store      # indexed reads through the driver; a view gone between is bound anew
+        if resource_id:
+            app = repo.get_app(store, resource_id)
+        elif principal.admin:   # an administrator's own application of that name first
+            app = repo.app_by_name(store, name or "", principal.name) or \
+                repo.app_by_name(store, name or "")
+        else:
+            app = repo.app_by_name(store, name or "", principal.name)
+        if app is None or not tenancy.visible(app.owner, principal):
+            raise NoSuchApplication("no application %s" % (
+                ("with id %s" % resource_id) if resource_id else ("named %r" % name)))
+        view = repo.view_for(store, app.id, portal, self.clock())
         if view is not None:
             return view
         return self._bind(app.id, portal)

@@ -190,8 +190,10 @@ class Store:
             compiled = statement.compile(dialect=self.engine.dialect)
             names = tuple(c.name for c in statement.selected_columns)
             order = tuple(compiled.positiontup) if compiled.positional else None
-            shape = self._compiled[statement] = (compiled.string, order, names)
-        sql, order, names = shape
+            shape = self._compiled[statement] = (compiled.string, order, names,
+                                                 dict(compiled.params))   # LIMIT's value ...
+        sql, order, names, defaults = shape
+        params = {**defaults, **params}
         args = tuple(params[k] for k in order) if order is not None else params
         driver = self.engine.dialect.loaded_dbapi
         conn = getattr(self._local, "conn", None)   # single()'s, without its transaction marker

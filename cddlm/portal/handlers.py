@@ -418,7 +418,7 @@ class Handlers:
     def endpoints(self) -> tuple[Endpoint, Endpoint]:
         portal_ops = {
             m.q("createRequest"): Operation(self.create, api_action("Portal", "create")),
-            m.q("lookupRequest"): Operation(self.lookup, api_action("Portal", "lookup")),
+            m.q("lookupRequest"): Operation(self.lookup, api_action("Portal", "lookup"), direct=True),
             m.q("rebindRequest"): Operation(self.rebind, api_action("Portal", "rebind")),
             _q(ns.EXT, "setHostStateRequest"): Operation(self.set_host_state,
                                                            ns.EXT + ":Portal:setHostStateResponse"),

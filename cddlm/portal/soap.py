@@ -8,7 +8,7 @@ table, validate the body against the project's schemas, and write the whole resp
 itself (body, fault and WS-Addressing headers) in place of Spyne's serializer.
 
 Those steps are one ``Exchange`` per endpoint, which Spyne's protocol calls. The hottest reads
-(operations marked ``direct``: GetResourceProperty, GetMultipleResourceProperties) are
+(operations marked ``direct``: GetResourceProperty, GetMultipleResourceProperties, lookup) are
 answered by ``Exchange.direct`` through the very same steps without Spyne's WSGI plumbing,
 which cost more than the read itself; ``tests/test_direct_reads.py`` holds the two paths to
 the same bytes on the wire.
