@@ -600,6 +600,7 @@ class Service:
         if down and self.engine is not None:
             self.engine.check_all(host=name)
 
+
 def _owner_filter(principal: Principal) -> str | None:
     """The owner a listing is limited to (None: everyone's, for an administrator)."""
     return None if principal.admin else principal.name
