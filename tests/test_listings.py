@@ -94,3 +94,26 @@ def test_the_dashboard_listing_is_bounded(tmp_path):
         assert status == 200 and body.count(b'"id"') == 2
     finally:
         portal.stop()
+
+
+def test_the_client_pages_at_the_portals_own_size_when_it_asks_too_much(tmp_path):
+    """A portal configured with smaller pages refuses the client's 10,000 with a
+    BadArgumentFault naming the limit; ``Portal.each_application`` then pages at the portal's
+    own size, over real HTTP, and still sees every application once."""
+    from cddlm import httpserver
+    from cddlm.client import Portal, PortalFault
+    portal = make_portal(tmp_path, limits=dataclasses.replace(Limits(), max_list_page=2,
+                                                              list_page_size=2))
+    server = httpserver.serve(portal.wsgi, "127.0.0.1", 0)
+    portal.url = server.url
+    try:
+        ids = [portal.service.create("p%d" % i, None, [], portal.url)[0].id for i in range(5)]
+        client = Portal(portal.endpoint, failover=False)
+        with pytest.raises(PortalFault, match="limit"):
+            client.list_applications(10_000)
+        assert [r["id"] for r in client.each_application(10_000)] == ids
+        rows, marker = client.list_applications()
+        assert [r["id"] for r in rows] == ids[:2] and marker is not None
+    finally:
+        server.stop()
+        portal.stop()
