@@ -33,6 +33,7 @@ STREAMS = ("stdout.log", "stderr.log")
 CHUNK = 1024 * 1024           # bytes a follower reads in one look
 CARRY = 64 * 1024             # the longest partial line kept for the next look
 PERIOD = 0.25                 # seconds between the capper's looks (at the least)
+QUIET = 2.0                   # at most this between looks at logs that have stopped growing
 
 
 class Follower:
@@ -117,6 +118,7 @@ class Capper:
 
     def __init__(self):
         self._dirs: dict[str, int] = {}       # component directory -> cap in bytes
+        self._seen: dict[str, tuple[int, float, float]] = {}   # -> (size, interval, next look)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
@@ -132,33 +134,44 @@ class Capper:
     def forget(self, workdir: str) -> None:
         with self._lock:
             self._dirs.pop(workdir, None)
+            self._seen.pop(workdir, None)
 
     def forget_below(self, prefix: str) -> None:
         with self._lock:
             for d in [d for d in self._dirs if d == prefix or d.startswith(prefix + os.sep)]:
                 del self._dirs[d]
+                self._seen.pop(d, None)
 
     def watched(self) -> dict[str, int]:
         with self._lock:
             return dict(self._dirs)
 
     def check(self) -> int:
-        """One look at every watched log; returns how many it rotated."""
+        """One look at every watched log that is due; returns how many it rotated. Logs that
+        grew are looked at again after ``PERIOD``; quiet ones ever less often, up to ``QUIET``
+        (a thousand idle components cost a look each every two seconds, not four a second)."""
         rotated = 0
+        now = time.monotonic()
         for workdir, cap in self.watched().items():
+            seen = self._seen.get(workdir)
+            if seen is not None and seen[2] > now:
+                continue
             if not os.path.isdir(workdir):
                 self.forget(workdir)
                 continue
+            total = 0
             for name in STREAMS:
                 path = os.path.join(workdir, name)
                 try:
-                    if os.stat(path, follow_symlinks=False).st_size <= cap:
-                        continue
+                    size = os.stat(path, follow_symlinks=False).st_size
                 except OSError:
                     continue
-                if rotate(path, cap):
+                total += size
+                if size > cap and rotate(path, cap):
                     rotated += 1
                     log.info("rotated %s (over %d bytes)", path, cap)
+            interval = PERIOD if seen is None or seen[0] != total else min(QUIET, 2 * seen[1])
+            self._seen[workdir] = (total, interval, now + interval)
         return rotated
 
     def _run(self) -> None:
