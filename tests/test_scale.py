@@ -1,0 +1,149 @@
+"""Scale (issue 11): thousands of running processes under one portal, and the exit-watcher race.
+
+The cliff: every running component holds a pidfd, so a portal with a thousand processes has
+descriptors past 1024, where anything that waits with ``select()`` dies. These tests run a
+real portal (a subprocess on a real port) past that line, talk to it over new connections all
+the while, kill it with SIGKILL and start it again, and stop everything.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import signal
+import threading
+import time
+
+import pytest
+import requests
+from lxml import etree
+
+from cddlm.client import Portal
+
+NATIVE = "urn:cddlm:lang:components:1"
+PROCESSES = 2500
+
+
+def _many(n: int, argv: list[str]) -> etree._Element:
+    app = etree.Element("{%s}application" % NATIVE)
+    for i in range(n):
+        comp = etree.SubElement(app, "{%s}component" % NATIVE, name="p%d" % i, type="process")
+        attr = etree.SubElement(comp, "{%s}attribute" % NATIVE, name="argv")
+        for word in argv:
+            etree.SubElement(attr, "{%s}item" % NATIVE).text = word
+    return app
+
+
+def _components_running(root) -> dict[int, str]:
+    """pid -> component of the processes started under ``root`` (by their environment)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if not os.readlink("/proc/%s/cwd" % entry).startswith(str(root)):
+                continue
+            env = open("/proc/%s/environ" % entry, "rb").read().split(b"\0")
+        except OSError:
+            continue
+        for var in env:
+            if var.startswith(b"CDDLM_COMPONENT="):
+                found[int(entry)] = var.split(b" ", 1)[-1].decode()
+    return found
+
+
+def _descriptors(pid: int) -> int:
+    return len(os.listdir("/proc/%d/fd" % pid))
+
+
+class Knocker:
+    """New connections to the portal, one after the other, while a test does its work: each
+    must be answered. Counts those answered while the portal held more than 1024 descriptors."""
+
+    def __init__(self, base: str, pid: int):
+        self.base, self.pid = base, pid
+        self.answered = self.past_1024 = 0
+        self.failures: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> "Knocker":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            try:
+                many = _descriptors(self.pid) > 1024
+            except OSError:
+                many = False
+            try:
+                with requests.Session() as s:     # a new connection each time
+                    r = s.get(self.base + "/cddlm/portal?wsdl", timeout=10)
+                if r.status_code != 200:
+                    self.failures.append("HTTP %d" % r.status_code)
+                    continue
+            except requests.RequestException as e:
+                self.failures.append(repr(e)[:200])
+                continue
+            self.answered += 1
+            self.past_1024 += many
+
+
+@pytest.mark.slow
+def test_thousands_of_processes_new_connections_restart_and_terminate(live_portal, tmp_path):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < PROCESSES + 512:
+        pytest.skip("the open-file limit (%d) is below %d processes' pidfds" % (hard, PROCESSES))
+    state = tmp_path / "state"
+    state.mkdir()
+    lp = live_portal(state_dir=state)
+    base = lp.url.rsplit("/cddlm/", 1)[0]
+    portal = Portal(lp.url, timeout=120)
+    app = portal.create("many")
+    app.initialize(NATIVE, body=_many(PROCESSES, ["sleep", "3600"]))
+    started = time.monotonic()
+    with Knocker(base, lp.proc.pid) as knock:
+        app.run()
+        while app.state() != "running":
+            assert app.state() in ("instantiated", "initialized"), app.state()
+            assert time.monotonic() - started < 120
+            time.sleep(0.5)
+        up = time.monotonic() - started
+        time.sleep(1.0)                  # a few more connections with everything running
+    assert not knock.failures, knock.failures[:5]
+    assert knock.past_1024 > 0, (knock.answered, _descriptors(lp.proc.pid))
+    running = _components_running(state)
+    assert len(running) == PROCESSES, len(running)
+    print("%d processes running %.1f s after run" % (PROCESSES, up))
+
+    # SIGKILL the portal: the processes live on; a new portal re-adopts every one
+    lp.stop(signal.SIGKILL)
+    assert set(_components_running(state)) == set(running)
+    lp = live_portal(state_dir=state)
+    portal = Portal(lp.url, timeout=120)
+    app = portal.lookup("many")
+    with Knocker(lp.url.rsplit("/cddlm/", 1)[0], lp.proc.pid) as knock:
+        assert app.state() == "running"
+        assert _descriptors(lp.proc.pid) > PROCESSES     # a pidfd per re-adopted process
+        time.sleep(3.0)                                  # liveness passes come and go
+        assert app.state() == "running"
+        health = app.ping()["health"]
+        assert len(health) == PROCESSES and {h["state"] for h in health} == {"running"}
+        started = time.monotonic()
+        app.terminate()
+        while app.state() != "terminated":
+            assert time.monotonic() - started < 60
+            time.sleep(0.2)
+        down = time.monotonic() - started
+    assert not knock.failures, knock.failures[:5]
+    assert knock.answered > 0 and knock.past_1024 > 0
+    deadline = time.monotonic() + 10
+    while _components_running(state) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _components_running(state)
+    print("%d processes terminated in %.1f s" % (PROCESSES, down))
