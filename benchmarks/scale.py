@@ -25,6 +25,7 @@ of a core with 1,000 components, under 10 % with 10,000).
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
 import shutil
 import subprocess
@@ -99,6 +100,23 @@ def cpu_of(portals: list[Portal]) -> float:
     return sum(p.cpu() for p in portals)
 
 
+class Client(Conn):
+    """A connection that opens again when the portal has closed it (it closes connections
+    idle for longer than its header timeout, as the idle measurement leaves this one)."""
+
+    def __init__(self, base: str):
+        super().__init__(base)
+        self.base = base
+
+    def post(self, path: str, body: str) -> bytes:
+        try:
+            return super().post(path, body)
+        except (ConnectionError, http.client.HTTPException):
+            self.http.close()
+            Conn.__init__(self, self.base)
+            return super().post(path, body)
+
+
 def idle_percent(portals: list[Portal], seconds: float) -> float:
     before, t0 = cpu_of(portals), time.perf_counter()
     time.sleep(seconds)
@@ -134,7 +152,7 @@ def many_apps(portals: list[Portal], count: int, idle: float, clients: int = 4) 
     lock = threading.Lock()
 
     def client(k: int) -> None:
-        c = Conn(portals[0].base)
+        c = Client(portals[0].base)
         for i in range(k):
             path = c.create("many-%s" % uuid.uuid4().hex[:10])
             c.post(path, one)
@@ -149,7 +167,7 @@ def many_apps(portals: list[Portal], count: int, idle: float, clients: int = 4) 
         t.start()
     for t in threads:
         t.join()
-    c = Conn(portals[0].base)
+    c = Client(portals[0].base)
     for path in paths:
         wait_state(c, path, "running", 600)
     up = time.perf_counter() - t0
@@ -193,7 +211,7 @@ def main() -> int:
     try:
         for i in range(args.portals):
             portals.append(Portal(tmp, "portal-%d" % i, db))
-        c = Conn(portals[0].base)
+        c = Client(portals[0].base)
         print("scale (%s, %d portal%s, %d cores)" % ("PostgreSQL" if db else "SQLite", len(portals),
                                                     "s" if len(portals) > 1 else "", os.cpu_count()))
         print("%8s %10s %10s %7s %9s %8s %11s %9s" % (
@@ -217,6 +235,13 @@ def main() -> int:
             r = many_apps(portals, args.apps, args.idle)
             print("%d applications of 1 process: all running in %.1fs, idle CPU %.1f%%, "
                   "all terminated in %.1fs" % (r["count"], r["up"], r["idle"], r["down"]))
+    except BaseException:
+        for p in portals:
+            p.log.flush()
+            with open(p.log.name, "rb") as f:
+                sys.stderr.write("--- %s (its last lines):\n%s\n" % (
+                    p.log.name, f.read()[-3000:].decode("utf-8", "replace")))
+        raise
     finally:
         for p in portals:
             p.stop()

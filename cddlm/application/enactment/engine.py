@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 WAIT_FOR_VALUE_STEP = 0.25      # seconds between tries of a lazy reference not yet resolvable
 WAIT_FOR_VALUE_ATTEMPTS = 120   # about 30 s, then the component fails naming the reference
 BATCH = 500                     # work items of one application enacted together
+IDLE_WAIT = 1.0                 # seconds an idle worker sleeps between looks at the queue
 INTENT_CHECK = 0.5              # seconds between looks for a newer intent while waiting
 
 
@@ -169,6 +170,8 @@ class Engine:
                 now = self.clock()
                 with self.store.single() as conn:
                     due = queue.any_due(conn, now)
+                    nap = IDLE_WAIT if due else min(IDLE_WAIT, max(
+                        0.01, (queue.next_due(conn) or now + IDLE_WAIT) - now))
                 items = []
                 if due:
                     with self.store.write() as conn:
@@ -179,7 +182,9 @@ class Engine:
                 self._stop.wait(1.0)
                 continue
             if not items:
-                self._wake.wait(0.25)
+                # new work wakes the workers; items due later and leases that expire are
+                # looked for when due, and at least every IDLE_WAIT seconds
+                self._wake.wait(nap)
                 self._wake.clear()
                 continue
             batch = _Batch(items)

@@ -33,7 +33,7 @@ STREAMS = ("stdout.log", "stderr.log")
 CHUNK = 1024 * 1024           # bytes a follower reads in one look
 CARRY = 64 * 1024             # the longest partial line kept for the next look
 PERIOD = 0.25                 # seconds between the capper's looks (at the least)
-QUIET = 2.0                   # at most this between looks at logs that have stopped growing
+QUIET = 4.0                   # at most this between looks at logs that have stopped growing
 
 
 class Follower:
@@ -149,15 +149,12 @@ class Capper:
     def check(self) -> int:
         """One look at every watched log that is due; returns how many it rotated. Logs that
         grew are looked at again after ``PERIOD``; quiet ones ever less often, up to ``QUIET``
-        (a thousand idle components cost a look each every two seconds, not four a second)."""
+        (a thousand idle components cost a look each every four seconds, not four a second)."""
         rotated = 0
         now = time.monotonic()
         for workdir, cap in self.watched().items():
             seen = self._seen.get(workdir)
             if seen is not None and seen[2] > now:
-                continue
-            if not os.path.isdir(workdir):
-                self.forget(workdir)
                 continue
             total = 0
             for name in STREAMS:
@@ -165,11 +162,16 @@ class Capper:
                 try:
                     size = os.stat(path, follow_symlinks=False).st_size
                 except OSError:
+                    if not os.path.isdir(workdir):
+                        self.forget(workdir)
+                        break
                     continue
                 total += size
                 if size > cap and rotate(path, cap):
                     rotated += 1
                     log.info("rotated %s (over %d bytes)", path, cap)
+            if workdir not in self._dirs:
+                continue
             interval = PERIOD if seen is None or seen[0] != total else min(QUIET, 2 * seen[1])
             self._seen[workdir] = (total, interval, now + interval)
         return rotated

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import and_, bindparam, delete, exists, insert, or_, select, update
+from sqlalchemy import and_, bindparam, delete, exists, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import aliased
 
@@ -67,6 +67,14 @@ _ANY_DUE = select(work.c.id).where(work.c.not_before <= bindparam("now"),
 def any_due(conn: Connection, now: float) -> bool:
     """Whether some item may be claimable now (a read: idle workers look before they lock)."""
     return conn.execute(_ANY_DUE, {"now": now}).first() is not None
+
+
+_NEXT_DUE = select(func.min(work.c.not_before)).where(work.c.owner.is_(None))
+
+
+def next_due(conn: Connection) -> float | None:
+    """When the earliest unclaimed item becomes due (None: there is none)."""
+    return conn.execute(_NEXT_DUE).scalar()
 
 
 def _claimable(now: float):
@@ -146,7 +154,6 @@ def retry_later(conn: Connection, item_id: int, owner: str, when: float) -> None
 
 
 def depth(conn: Connection) -> int:
-    from sqlalchemy import func
     return conn.execute(select(func.count()).select_from(work)).scalar() or 0
 
 
