@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 WAIT_FOR_VALUE_STEP = 0.25      # seconds between tries of a lazy reference not yet resolvable
 WAIT_FOR_VALUE_ATTEMPTS = 120   # about 30 s, then the component fails naming the reference
 BATCH = 500                     # work items of one application enacted together
+REPORT_EVERY = 0.25             # seconds between records of one batch's outcomes (at least)
 IDLE_WAIT = 1.0                 # seconds an idle worker sleeps between looks at the queue
 INTENT_CHECK = 0.5              # seconds between looks for a newer intent while waiting
 
@@ -320,20 +321,20 @@ class Engine:
                                if (c.observed == states.DEPLOYED if action == "start"
                                    else c.observed != states.STOPPING)], mark)
         keep = self._keep_lease(batch)
-        report = lambda pairs: self._record(batch, pairs)    # noqa: E731
+        reporter = _Reporter(lambda pairs: self._record(batch, pairs))
+        try:
+            self._enact_on_hosts(batch, jobs, keep, reporter.add)
+        finally:
+            reporter.flush()    # what is known is recorded, even when a newer intent came
+
+    def _enact_on_hosts(self, batch: "_Batch", jobs: dict[str, list], keep, report) -> None:
+        action = batch.action
         for host, group in jobs.items():
             runner = self.runners[host]
             if action == "deploy":
-                pending: list[tuple[queue.Item, Outcome]] = []
-                started = time.monotonic()
                 for item, target, _ in group:
-                    pending.append((item, runner.deploy(target)))
-                    if time.monotonic() - started > 1.0:
-                        keep()
-                        report(pending)
-                        pending, started = [], time.monotonic()
-                if pending:
-                    report(pending)
+                    report([(item, runner.deploy(target))])
+                    keep()
             elif action in ("start", "stop"):
                 jobs_of = [(item, target, comp.pid, comp.pid_start) for item, target, comp in group]
                 many = getattr(runner, action + "_many", None)
@@ -584,6 +585,33 @@ class Engine:
     def remove_app_files(self, app_id: str) -> None:
         for runner in self.runners.values():
             runner.remove_app(app_id)
+
+
+class _Reporter:
+    """Outcomes of a batch on their way to the store: recorded together, at most every
+    ``REPORT_EVERY`` seconds and never more often than four times the last record took (a
+    record reconciles the whole application, so a large one is recorded in fewer, larger
+    transactions); ``flush`` records the rest."""
+
+    def __init__(self, record: Callable[[list], None]):
+        self._record = record
+        self._pending: list = []
+        self._last = time.monotonic()
+        self._gap = REPORT_EVERY
+
+    def add(self, pairs: list) -> None:
+        self._pending.extend(pairs)
+        if self._pending and time.monotonic() - self._last >= self._gap:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        pairs, self._pending = self._pending, []
+        started = time.monotonic()
+        self._record(pairs)
+        self._last = time.monotonic()
+        self._gap = max(REPORT_EVERY, 4 * (self._last - started))
 
 
 class _Batch:
