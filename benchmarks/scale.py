@@ -28,6 +28,7 @@ import argparse
 import http.client
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -128,20 +129,45 @@ def wait_state(c: Conn, path: str, state: str, timeout: float) -> None:
     c.wait(path, state, timeout=timeout, interval=0.02)
 
 
-def one_app(c: Conn, portals: list[Portal], n: int, tmp: str, idle: float) -> dict:
+class Profile:
+    """``py-spy record`` of the first portal over one phase (``--profile DIR``), raw
+    flamegraph text in DIR/NAME.txt; nothing without DIR."""
+
+    def __init__(self, portals: list[Portal], folder: str | None, name: str):
+        self.cmd = None if not folder else [
+            os.path.join(os.path.dirname(sys.executable), "py-spy"), "record", "-p",
+            str(portals[0].proc.pid), "--nonblocking", "-f", "raw", "-o",
+            os.path.join(folder, name + ".txt")]
+
+    def __enter__(self) -> "Profile":
+        self.proc = subprocess.Popen(self.cmd, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL) if self.cmd else None
+        time.sleep(0.5 if self.proc else 0)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.wait(30)
+
+
+def one_app(c: Conn, portals: list[Portal], n: int, tmp: str, idle: float,
+            profile: str | None = None) -> dict:
     floor = spawn_floor(n, tmp)
     body = descriptor(n)
-    cpu0, t0 = cpu_of(portals), time.perf_counter()
-    path = c.create("scale-%d-%s" % (n, uuid.uuid4().hex[:6]))
-    c.post(path, body)
-    c.post(path, "<api:runRequest/>")
-    wait_state(c, path, "running", 600)
-    up, up_cpu = time.perf_counter() - t0, cpu_of(portals) - cpu0
+    with Profile(portals, profile, "start-%d" % n):
+        cpu0, t0 = cpu_of(portals), time.perf_counter()
+        path = c.create("scale-%d-%s" % (n, uuid.uuid4().hex[:6]))
+        c.post(path, body)
+        c.post(path, "<api:runRequest/>")
+        wait_state(c, path, "running", 600)
+        up, up_cpu = time.perf_counter() - t0, cpu_of(portals) - cpu0
     idle_cpu = idle_percent(portals, idle)
-    cpu0, t0 = cpu_of(portals), time.perf_counter()
-    c.post(path, "<api:terminateRequest/>")
-    wait_state(c, path, "terminated", 600)
-    down, down_cpu = time.perf_counter() - t0, cpu_of(portals) - cpu0
+    with Profile(portals, profile, "stop-%d" % n):
+        cpu0, t0 = cpu_of(portals), time.perf_counter()
+        c.post(path, "<api:terminateRequest/>")
+        wait_state(c, path, "terminated", 600)
+        down, down_cpu = time.perf_counter() - t0, cpu_of(portals) - cpu0
     c.post(path, "<api:destroyRequest/>")
     return dict(n=n, floor=floor, up=up, up_cpu=up_cpu, idle=idle_cpu, down=down, down_cpu=down_cpu)
 
@@ -202,6 +228,7 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=10.0, help="seconds over which idle CPU is measured")
     parser.add_argument("--postgres", action="store_true", help="the local PostgreSQL (database test)")
     parser.add_argument("--portals", type=int, default=1, help="portals sharing the PostgreSQL store")
+    parser.add_argument("--profile", metavar="DIR", help="py-spy profiles of each phase into DIR")
     args = parser.parse_args()
     if args.portals > 1 and not args.postgres:
         raise SystemExit("--portals needs --postgres (portals share a store through PostgreSQL)")
@@ -220,7 +247,7 @@ def main() -> int:
             "", "(spawn)", "running", "", "(start)", "CPU", "terminated", "(stop)"))
         rows = []
         for n in [int(x) for x in args.sizes.split(",") if x]:
-            r = one_app(c, portals, n, tmp, args.idle)
+            r = one_app(c, portals, n, tmp, args.idle, args.profile)
             rows.append(r)
             print("%8d %9.2fs %9.2fs %6.1fx %8.2fs %7.1f%% %10.2fs %8.2fs" % (
                 n, r["floor"], r["up"], r["up"] / r["floor"], r["up_cpu"], r["idle"], r["down"],

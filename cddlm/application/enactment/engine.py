@@ -80,6 +80,7 @@ class Engine:
         self._threads: list[threading.Thread] = []
         self._trees: dict[tuple[str, int], tuple[Deployment, dict]] = {}
         self._trees_lock = threading.Lock()
+        self._build_lock = threading.Lock()
         self.watcher: ExitWatcher | None = None
         self.on_events: list[Callable[[], None]] = []   # woken after lifecycle events commit
         # owner -> the OS account its components run as (tenancy.Accounts; set by app.py)
@@ -133,12 +134,16 @@ class Engine:
         with self._trees_lock:
             found = self._trees.get(key)
         if found is None:
-            tree = Deployment.from_json(app.deployment or {})
-            found = (tree, dict(tree.walk()))
-            with self._trees_lock:
-                if len(self._trees) > 512:
-                    self._trees.clear()
-                self._trees[key] = found
+            with self._build_lock:       # one thread builds it, the others wait for it
+                with self._trees_lock:
+                    found = self._trees.get(key)
+                if found is None:
+                    tree = Deployment.from_json(app.deployment or {})
+                    found = (tree, dict(tree.walk()))
+                    with self._trees_lock:
+                        if len(self._trees) > 512:
+                            self._trees.clear()
+                        self._trees[key] = found
         return found
 
     def node(self, app: repo.App, path: str):
@@ -259,9 +264,11 @@ class Engine:
     def _perform(self, batch: "_Batch") -> None:
         with self.store.read() as conn:
             app = repo.get_app(conn, batch.app_id)
-            comps = repo.get_components(conn, batch.app_id) if app else []
+            # the batch's own components; others only if a reference asks for one
+            comps = repo.get_components_at(conn, batch.app_id, [i.path for i in batch.items]) \
+                if app else []
             down = repo.down_hosts(conn) if comps else {}
-        rows = {c.path: c for c in comps}
+        rows = _Rows(self.store, batch.app_id, comps)
         gone = [i.id for i in batch.items if i.path not in rows]
         if gone:
             with self.store.write() as conn:
@@ -585,6 +592,23 @@ class Engine:
     def remove_app_files(self, app_id: str) -> None:
         for runner in self.runners.values():
             runner.remove_app(app_id)
+
+
+class _Rows(dict):
+    """An application's components by path: those read with a batch, and any other read on
+    first use (``HostValues`` asks for the peers a reference names), so a batch reads what it
+    needs, not all the application's components."""
+
+    def __init__(self, store: Store, app_id: str, comps: list[repo.Component]):
+        super().__init__((c.path, c) for c in comps)
+        self._store, self._app_id = store, app_id
+
+    def get(self, path, default=None):
+        if not dict.__contains__(self, path):
+            with self._store.read() as conn:
+                self[path] = repo.get_component(conn, self._app_id, path)
+        found = dict.get(self, path)
+        return default if found is None else found
 
 
 class _Reporter:
