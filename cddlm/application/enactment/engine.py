@@ -237,15 +237,17 @@ class Engine:
         except StoreUnavailable:
             pass
 
-    def _keep_lease(self, batch: "_Batch") -> Callable[[], None]:
-        """Called while a batch waits: renews its leases, and raises ``Superseded`` soon after
-        a newer intent (a terminate during a readiness wait stops the wait within a second)."""
+    def _keep_lease(self, batch: "_Batch", reporter: "_Reporter") -> Callable[[], None]:
+        """Called while a batch waits: records the outcomes in hand when it is time, renews the
+        leases, and raises ``Superseded`` soon after a newer intent (a terminate during a
+        readiness wait stops the wait within a second)."""
         now = time.monotonic()
         state = {"lease": now + self.settings.lease_seconds / 3, "intent": now + INTENT_CHECK}
 
         def keep() -> None:
             if self._stop.is_set():
                 raise Lost("engine stopping")
+            reporter.add([])
             now = time.monotonic()
             if batch.action != "stop" and now >= state["intent"]:
                 with self.store.single() as conn:
@@ -327,8 +329,8 @@ class Engine:
             self._mark(batch, [c for group in jobs.values() for _, _, c in group
                                if (c.observed == states.DEPLOYED if action == "start"
                                    else c.observed != states.STOPPING)], mark)
-        keep = self._keep_lease(batch)
         reporter = _Reporter(lambda pairs: self._record(batch, pairs))
+        keep = self._keep_lease(batch, reporter)
         try:
             self._enact_on_hosts(batch, jobs, keep, reporter.add)
         finally:
@@ -620,7 +622,7 @@ class _Reporter:
     def __init__(self, record: Callable[[list], None]):
         self._record = record
         self._pending: list = []
-        self._last = time.monotonic()
+        self._last = float("-inf")      # the first outcomes are recorded at once
         self._gap = REPORT_EVERY
 
     def add(self, pairs: list) -> None:
