@@ -13,7 +13,9 @@ created through the first), then for each N:
   then ``api:state`` polled), with the ratio to the floor;
 - the portal's CPU (user + system, from /proc) spent getting there;
 - idle CPU, in per cent of one core, over ``--idle`` seconds with the N processes running;
-- terminate -> terminated, and the CPU spent.
+- terminate -> terminated, and the CPU spent;
+- with ``--restart``: the portal is SIGKILLed with the N processes running and started again
+  on its port: the seconds until it answers, with every process running and re-adopted.
 
 Then ``--apps`` applications of one process each: their idle CPU. The 10,000 row needs
 ``ulimit -n`` above 10,000 (the portal raises its soft limit to the hard one) and as many
@@ -73,9 +75,10 @@ def spawn_floor(n: int, tmp: str) -> float:
 
 
 class Portal:
-    def __init__(self, tmp: str, name: str, db: str | None):
+    def __init__(self, tmp: str, name: str, db: str | None, port: int = 0):
         state = os.path.join(tmp, name)
-        cmd = [sys.executable, "-m", "cddlm.cli", "portal", "serve", "--port", "0",
+        self.args = (tmp, name, db)
+        cmd = [sys.executable, "-m", "cddlm.cli", "portal", "serve", "--port", str(port),
                "--state-dir", state] + (["--db", db] if db else [])
         self.log = open(os.path.join(tmp, name + ".log"), "wb")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT)
@@ -86,6 +89,17 @@ class Portal:
 
     def cpu(self) -> float:
         return cpu_seconds(self.proc.pid)
+
+    def restart(self) -> tuple["Portal", float]:
+        """SIGKILL this portal and start it again on its port and state directory; returns
+        the new one and the seconds until it answered."""
+        port = int(self.base.rsplit(":", 1)[1])
+        self.proc.kill()
+        self.proc.wait()
+        self.log.close()
+        started = time.perf_counter()
+        new = Portal(*self.args, port=port)
+        return new, time.perf_counter() - started
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -152,7 +166,7 @@ class Profile:
 
 
 def one_app(c: Conn, portals: list[Portal], n: int, tmp: str, idle: float,
-            profile: str | None = None) -> dict:
+            profile: str | None = None, restart: bool = False) -> dict:
     floor = spawn_floor(n, tmp)
     body = descriptor(n)
     with Profile(portals, profile, "start-%d" % n):
@@ -163,13 +177,22 @@ def one_app(c: Conn, portals: list[Portal], n: int, tmp: str, idle: float,
         wait_state(c, path, "running", 600)
         up, up_cpu = time.perf_counter() - t0, cpu_of(portals) - cpu0
     idle_cpu = idle_percent(portals, idle)
+    back = None
+    if restart:
+        # SIGKILL and start again: every process re-adopted (watched), none failed
+        portals[0], back = portals[0].restart()
+        c = Client(portals[0].base)
+        health = c.post(path, "<api:pingRequest/>")
+        assert health.count(b'state="running"') >= n, "not every component is running again"
+        wait_state(c, path, "running", 5)
     with Profile(portals, profile, "stop-%d" % n):
         cpu0, t0 = cpu_of(portals), time.perf_counter()
         c.post(path, "<api:terminateRequest/>")
         wait_state(c, path, "terminated", 600)
         down, down_cpu = time.perf_counter() - t0, cpu_of(portals) - cpu0
     c.post(path, "<api:destroyRequest/>")
-    return dict(n=n, floor=floor, up=up, up_cpu=up_cpu, idle=idle_cpu, down=down, down_cpu=down_cpu)
+    return dict(n=n, floor=floor, up=up, up_cpu=up_cpu, idle=idle_cpu, down=down, down_cpu=down_cpu,
+                back=back)
 
 
 def many_apps(portals: list[Portal], count: int, idle: float, clients: int = 4) -> dict:
@@ -229,6 +252,9 @@ def main() -> int:
     parser.add_argument("--postgres", action="store_true", help="the local PostgreSQL (database test)")
     parser.add_argument("--portals", type=int, default=1, help="portals sharing the PostgreSQL store")
     parser.add_argument("--profile", metavar="DIR", help="py-spy profiles of each phase into DIR")
+    parser.add_argument("--restart", action="store_true",
+                        help="SIGKILL the (first) portal with the N processes running, start it "
+                             "again and time it until it answers with every process re-adopted")
     args = parser.parse_args()
     if args.portals > 1 and not args.postgres:
         raise SystemExit("--portals needs --postgres (portals share a store through PostgreSQL)")
@@ -247,11 +273,13 @@ def main() -> int:
             "", "(spawn)", "running", "", "(start)", "CPU", "terminated", "(stop)"))
         rows = []
         for n in [int(x) for x in args.sizes.split(",") if x]:
-            r = one_app(c, portals, n, tmp, args.idle, args.profile)
+            r = one_app(c, portals, n, tmp, args.idle, args.profile, args.restart)
+            c = Client(portals[0].base)
             rows.append(r)
             print("%8d %9.2fs %9.2fs %6.1fx %8.2fs %7.1f%% %10.2fs %8.2fs" % (
                 n, r["floor"], r["up"], r["up"] / r["floor"], r["up_cpu"], r["idle"], r["down"],
-                r["down_cpu"]), flush=True)
+                r["down_cpu"]) + ("   restart: answering in %.1fs, all re-adopted" % r["back"]
+                                  if r["back"] is not None else ""), flush=True)
         by_n = {r["n"]: r for r in rows}
         if 1000 in by_n and 10000 in by_n:
             a, b = by_n[1000], by_n[10000]

@@ -53,7 +53,8 @@ log = logging.getLogger(__name__)
 
 WAIT_FOR_VALUE_STEP = 0.25      # seconds between tries of a lazy reference not yet resolvable
 WAIT_FOR_VALUE_ATTEMPTS = 120   # about 30 s, then the component fails naming the reference
-BATCH = 500                     # work items of one application enacted together
+BATCH = 500                     # work items of one application enacted together (or more:
+                                # a worker's share of those waiting, see queue.claim_batch)
 REPORT_EVERY = 0.25             # seconds between records of one batch's outcomes (at least)
 IDLE_WAIT = 1.0                 # seconds an idle worker sleeps between looks at the queue
 INTENT_CHECK = 0.5              # seconds between looks for a newer intent while waiting
@@ -182,7 +183,8 @@ class Engine:
                 if due:
                     with self.store.write() as conn:
                         items = queue.claim_batch(conn, self.id, now, self.settings.lease_seconds,
-                                                  BATCH, not self.store.is_sqlite)
+                                                  BATCH, not self.store.is_sqlite,
+                                                  share=self.settings.engine_workers)
             except StoreUnavailable as e:
                 log.warning("cannot claim work: %s", e)
                 self._stop.wait(1.0)

@@ -39,11 +39,14 @@ class Item:
 
 
 def add(conn: Connection, app_id: str, items: list[tuple[str, str]], generation: int,
-        now: float) -> int:
-    """Queue (path, action) items unless an identical one is already queued."""
+        now: float, have: set[tuple[str, str]] | None = None) -> int:
+    """Queue (path, action) items unless an identical one is already queued (``have``: the
+    queued items of the generation, or more, when the caller has read them)."""
     if not items:
         return 0
-    have = {(p, a) for p, a in conn.execute(_QUEUED_GEN, {"app_id": app_id, "generation": generation})}
+    if have is None:
+        have = {(p, a) for p, a in conn.execute(_QUEUED_GEN, {"app_id": app_id,
+                                                               "generation": generation})}
     rows = [dict(app_id=app_id, path=p, action=a, generation=generation, attempts=0,
                  not_before=now, created=now) for p, a in items if (p, a) not in have]
     if rows:
@@ -110,15 +113,25 @@ def claim(conn: Connection, owner: str, now: float, lease: float, limit: int,
     return _take(conn, _claimable(now).limit(limit), owner, now, lease, postgres)
 
 
+_WAITING = select(func.count()).select_from(work).where(
+    work.c.app_id == bindparam("app_id"), work.c.action == bindparam("action"),
+    work.c.generation == bindparam("generation"), work.c.owner.is_(None))
+
+
 def claim_batch(conn: Connection, owner: str, now: float, lease: float, limit: int,
-                postgres: bool) -> list[Item]:
-    """The first claimable item and up to ``limit - 1`` more of its application, action and
-    generation: a batch the engine enacts together and records in one transaction (one
-    reconcile for many components, not one each)."""
+                postgres: bool, share: int = 1, most: int = 5000) -> list[Item]:
+    """The first claimable item and more of its application, action and generation: a batch
+    the engine enacts together and records in few transactions (one reconcile for many
+    components, not one each). A batch takes ``limit`` items, or a ``share``-th of those
+    waiting when that is more (up to ``most``): an application of N components is done in
+    about ``share`` batches whatever N, so its reconciles, each O(N), stay few."""
     first = claim(conn, owner, now, lease, 1, postgres)
     if not first or limit <= 1:
         return first
     head = first[0]
+    waiting = conn.execute(_WAITING, {"app_id": head.app_id, "action": head.action,
+                                      "generation": head.generation}).scalar() or 0
+    limit = min(most, max(limit, -(-waiting // max(1, share))))
     more = _claimable(now).where(work.c.app_id == head.app_id, work.c.action == head.action,
                                  work.c.generation == head.generation).limit(limit - 1)
     return first + [i for i in _take(conn, more, owner, now, lease, postgres) if i.path != head.path]

@@ -32,8 +32,10 @@ def reconcile(conn: Connection, app_id: str, now: float) -> tuple[repo.App | Non
     rows = repo.component_states(conn, app_id)
     observed = {r[0]: r[4] for r in rows}
     roots = states.build_tree(rows)
-    plan = states.plan(app.state, app.desired, roots, queue.queued(conn, app_id))
-    added = queue.add(conn, app_id, plan.work, app.generation, now)
+    queued = queue.queued(conn, app_id)
+    plan = states.plan(app.state, app.desired, roots, queued)
+    # the plan asks for nothing already queued, whatever its generation
+    added = queue.add(conn, app_id, plan.work, app.generation, now, have=queued)
     changes = [(path, states.STOPPED) for path in plan.mark_stopped] + [
         (path, value) for path, value in plan.derived.items() if observed[path] != value]
     repo.set_observed(conn, app_id, changes, now)
