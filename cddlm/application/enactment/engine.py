@@ -150,6 +150,11 @@ class Engine:
     def node(self, app: repo.App, path: str):
         return self._tree(app)[1].get(path)
 
+    def _watchable(self, host: str | None) -> bool:
+        """Whether the processes of ``host`` run on this machine (their pids are ours to
+        watch through pidfds)."""
+        return isinstance(self.runners.get(host or ""), LocalRunner) and self.watcher is not None
+
     @staticmethod
     def host_down(conn, host: str | None) -> str | None:
         down = repo.down_hosts(conn)
@@ -310,6 +315,7 @@ class Engine:
                                                 "cannot resolve attributes: %s" % e)))
                 continue
             jobs.setdefault(comp.host or "", []).append((item, target, comp))
+            batch.hosts[item.path] = comp.host
         if later:
             with self.store.write() as conn:
                 for item in later:
@@ -396,7 +402,8 @@ class Engine:
         batch.held.difference_update(ids)
         unwatched = {item.path for item, outcome in pairs
                      if outcome.pid and outcome.event == "running"
-                     and not (self.watcher and self.watcher.watch(outcome.pid, (batch.app_id, item.path)))}
+                     and self._watchable(batch.hosts.get(item.path))
+                     and not self.watcher.watch(outcome.pid, (batch.app_id, item.path))}
         if unwatched:
             self._check(batch.app_id, unwatched)
         self._after(added, events)
@@ -512,7 +519,7 @@ class Engine:
             outcome = runner.check(target, comp.pid, comp.pid_start)
             if outcome is not None:
                 outcomes[comp.path] = outcome
-            elif comp.type == "process" and comp.pid and self.watcher is not None:
+            elif comp.type == "process" and comp.pid and self._watchable(comp.host):
                 self.watcher.watch(comp.pid, (app_id, comp.path))   # from now on, at once
         recorded: set[str] = set()
         if outcomes:
@@ -555,7 +562,7 @@ class Engine:
         by_app: dict[str, set[str]] = {}
         for app_id, path, kind, pid, on in rows:
             if kind == "process" and on not in down and (
-                    on not in self.runners or (watcher is not None and watcher.watching(pid))):
+                    on not in self.runners or (self._watchable(on) and watcher.watching(pid))):
                 continue
             by_app.setdefault(app_id, set()).add(path)
         self._check_many(by_app)
@@ -571,7 +578,7 @@ class Engine:
         unwatched: dict[str, set[str]] = {}
         for app_id, path, pid, host in rows:
             runner = self.runners.get(host or "")
-            if runner is None or self.watcher is None:
+            if not self._watchable(host):
                 continue
             if self.watcher.watch(pid, (app_id, path)):
                 logs.CAPPER.watch(runner.component_dir(app_id, path), self.settings.limits.max_log_bytes)
@@ -652,6 +659,7 @@ class _Batch:
         self.action = items[0].action
         self.generation = items[0].generation
         self.held = {i.id for i in items}
+        self.hosts: dict[str, str | None] = {}     # path -> host, of the items enacted
 
 
 def _down_message(host: str | None, reason: str | None) -> str:
