@@ -77,6 +77,11 @@ def check_applications(conn, principal: Principal, quotas: Quotas) -> None:
     """Before a create, in its write transaction."""
     if principal.admin:
         return
+    if conn.dialect.name == "postgresql":
+        # READ COMMITTED lets two portals (or threads) count the same rows and both insert: the
+        # owner's creates queue on a lock that ends with the transaction (SQLite writes are
+        # serial already)
+        conn.execute(select(func.pg_advisory_xact_lock(4242100, func.hashtext(principal.name))))
     held = conn.execute(select(func.count()).select_from(applications)
                         .where(applications.c.owner == principal.name)).scalar() or 0
     if held >= quotas.applications:

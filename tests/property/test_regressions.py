@@ -56,3 +56,21 @@ def test_an_application_whose_every_leaf_failed_optionally_runs(live_portal):
     assert app.state() == "running"
     app.terminate()
     assert app.wait_for("terminated", timeout=10) == "terminated"
+
+
+def test_a_tree_of_containers_with_no_leaf_settles_like_any_other(live_portal):
+    # the issue's own example (and 3 of 12 random trees): a lone empty container, or containers
+    # nested with nothing at the bottom, stayed instantiated for good; every container type alike
+    portal = Portal(live_portal().url)
+    trees = [Tree([Node("c0", kind)]) for kind in ("compound", "sequence", "parallel")]
+    trees.append(Tree([Node("c0", "sequence", children=[
+        Node("c0", "parallel", children=[Node("c0", "compound")]), Node("c1", "compound")])]))
+    for tree in trees:
+        app = portal.create()
+        app.initialize(NATIVE, descriptor(tree))
+        assert app.wait_for("initialized", timeout=10) == "initialized"
+        app.run()
+        assert app.wait_for("running", timeout=10) == "running"
+        app.terminate()
+        assert app.wait_for("terminated", timeout=10) == "terminated"
+        app.destroy()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 
 import pytest
 from sqlalchemy.exc import IntegrityError
@@ -57,6 +59,35 @@ def test_quotas_and_names_per_owner(db_url):
         assert repo.app_by_name(conn, "web", "alice").owner == "alice"
         assert repo.app_by_token(conn, "t", "bob").owner == "bob"
         assert repo.count_by_state(conn, "bob") == {"instantiated": 1}
+    store.dispose()
+
+
+def test_a_quota_holds_when_creates_race(db_url):
+    # several threads (as several portals on one PostgreSQL store would) create at once: the
+    # count and the insert are one step per owner, so the quota is never passed, not even by one
+    store = make(db_url)
+    bob, quotas = Principal("bob"), Quotas(applications=3)
+    gate, created, refused = threading.Barrier(8), [], []
+
+    def create() -> None:
+        gate.wait()
+        try:
+            with store.write() as conn:
+                tenancy.check_applications(conn, bob, quotas)
+                time.sleep(0.05)        # widen the window between the count and the insert
+                repo.create_app(conn, 1.0, id=repo.new_id(), name=None, owner="bob")
+            created.append(1)
+        except QuotaExceeded:
+            refused.append(1)
+
+    threads = [threading.Thread(target=create) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert (len(created), len(refused)) == (3, 5)
+    with store.read() as conn:
+        assert repo.count_by_state(conn, "bob") == {"instantiated": 3}
     store.dispose()
 
 
