@@ -206,3 +206,70 @@ def test_many_short_lived_applications_each_fail_with_their_exit_status(tmp_path
     finally:
         _terminate_all(portal)
         portal.stop()
+
+
+# -- the pieces of batching ----------------------------------------------------------------------
+def test_a_batch_is_one_application_action_and_generation_and_a_share_of_it(db_url):
+    from cddlm.application import repository as repo
+    from cddlm.application.enactment import queue
+    from cddlm.application.store import Store
+    store = Store(db_url)
+    store.migrate()
+    pg = not store.is_sqlite
+    with store.write() as conn:
+        big = repo.create_app(conn, 1.0, id=repo.new_id(), name="big")
+        other = repo.create_app(conn, 1.0, id=repo.new_id(), name="other")
+        queue.add(conn, big.id, [("c%d" % i, "deploy") for i in range(40)], 1, 0.0)
+        queue.add(conn, big.id, [("c0", "start"), ("c1", "start")], 1, 0.0)
+        queue.add(conn, big.id, [("c%d" % i, "deploy") for i in range(5)], 2, 0.0)
+        queue.add(conn, other.id, [("x", "deploy")], 1, 0.0)
+    with store.write() as conn:
+        first = queue.claim_batch(conn, "e1", 1.0, 30.0, 8, pg, share=2)
+        second = queue.claim_batch(conn, "e2", 1.0, 30.0, 8, pg, share=2)
+        third = queue.claim_batch(conn, "e3", 1.0, 30.0, 100, pg)
+        fourth = queue.claim_batch(conn, "e4", 1.0, 30.0, 100, pg)
+    # the head and more of its application, action and generation: a share of those waiting
+    # (half of 40, then half of the 20 left) when that is more than the limit
+    assert [len(first), len(second), len(third)] == [20, 10, 10]
+    assert {(i.app_id, i.action, i.generation) for i in first + second + third} == {
+        (big.id, "deploy", 1)}
+    assert len({i.path for i in first + second + third}) == 40
+    # c0..c4's starts and newer deploys wait while their deploys are held (one action per
+    # component at a time): the other application's item comes next
+    assert [(i.app_id, i.path) for i in fourth] == [(other.id, "x")]
+    with store.write() as conn:
+        assert queue.extend_many(conn, [i.id for i in first], "e1", 60.0)
+        assert not queue.extend_many(conn, [first[0].id, second[0].id], "e1", 60.0)
+        queue.finish_many(conn, [i.id for i in first])
+        fifth = queue.claim_batch(conn, "e1", 1.0, 30.0, 100, pg)
+    assert {(i.path, i.action, i.generation) for i in fifth} == {("c0", "start", 1),
+                                                                 ("c1", "start", 1)}
+    store.dispose()
+
+
+def test_the_exit_watcher_hands_over_a_burst_of_exits_together(tmp_path):
+    import subprocess
+    from cddlm.application.enactment.watch import ExitWatcher
+    calls: list[list] = []
+    done = threading.Event()
+    seen: set = set()
+
+    def on_exit(keys: list) -> None:
+        calls.append(keys)
+        seen.update(keys)
+        if len(seen) == 60:
+            done.set()
+
+    watcher = ExitWatcher(on_exit)
+    procs = [subprocess.Popen(["sleep", "0.5"]) for _ in range(60)]
+    try:
+        for i, p in enumerate(procs):
+            assert watcher.watch(p.pid, ("app", "c%d" % i))
+        assert watcher.watching(procs[0].pid) and len(watcher) == 60
+        assert done.wait(10), len(seen)
+        assert len(calls) < 20, [len(c) for c in calls]    # not one call per exit
+        assert not watcher.watching(procs[0].pid) and len(watcher) == 0
+    finally:
+        for p in procs:
+            p.wait()
+        watcher.close()
