@@ -12,8 +12,13 @@ Processes start in their own session (``setsid``), so stopping the portal stops 
 They are launched through ``/bin/sh -c 'echo $$ > pidfile; exec "$@"'``: the pid file is
 written before the program runs, so a portal killed between the spawn and the database
 commit finds the process again (``adopt``) instead of starting a second one. A process is
-identified by (pid, start time); exit codes are known for this portal's own children and
-reported as unknown for processes adopted after a restart.
+identified by (pid, start time); exit codes are known for this portal's own children (kept
+after they are reaped, so every thread that asks hears the same) and reported as unknown for
+processes adopted after a restart.
+
+Many components are started and stopped at once (``start_many``, ``stop_many``): spawned or
+signalled one after the other, then waited for together (readiness conditions, probes, grace
+periods), each with its own deadline, and reported in lists as they end.
 
 A component whose ``Target.user`` names an account (``--run-as``) runs as that account, with
 no supplementary groups and umask 077; its directories are that account's, mode 0700, and the
