@@ -32,7 +32,7 @@ import time
 import uuid
 from typing import Callable
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from cddlm.application import lifecycle
 from cddlm.application import repository as repo
@@ -57,6 +57,7 @@ BATCH = 500                     # work items of one application enacted together
                                 # a worker's share of those waiting, see queue.claim_batch)
 REPORT_EVERY = 0.25             # seconds between records of one batch's outcomes (at least)
 IDLE_WAIT = 1.0                 # seconds an idle worker sleeps between looks at the queue
+FULL_SWEEP = 15                 # liveness passes between reads of every running process
 INTENT_CHECK = 0.5              # seconds between looks for a newer intent while waiting
 
 
@@ -83,6 +84,8 @@ class Engine:
         self._trees_lock = threading.Lock()
         self._build_lock = threading.Lock()
         self.watcher: ExitWatcher | None = None
+        self._passes = 0
+        self._swept = 0.0       # when the liveness pass last read every running process
         self.on_events: list[Callable[[], None]] = []   # woken after lifecycle events commit
         # owner -> the OS account its components run as (tenancy.Accounts; set by app.py)
         self.accounts: Callable[[str | None], str | None] = lambda owner: settings.security.run_as
@@ -549,15 +552,28 @@ class Engine:
     def check_all(self, host: str | None = None) -> None:
         """The scheduled liveness pass: one narrow read of the running components, and a
         check of those the exit watcher does not cover (files, probes, processes it could
-        not watch, everything on a host marked down; of one host if given)."""
+        not watch, everything on a host marked down; of one host if given). The processes of
+        local hosts, which the watcher covers, are read only when new since the last full read
+        and every ``FULL_SWEEP`` passes (to watch those it does not: started by another portal
+        on the store, or past a descriptor limit), so an idle pass costs little however many
+        run."""
+        self._passes += 1
         query = select(components.c.app_id, components.c.path, components.c.type,
                        components.c.pid, components.c.host).where(
             components.c.observed == states.RUNNING, components.c.type.not_in(list(states.CONTAINERS)))
         if host is not None:
             query = query.where(components.c.host == host)
         with self.store.read() as conn:
+            down = repo.down_hosts(conn)
+            watched = [h for h in self.runners if self._watchable(h) and h not in down]
+            if host is None and watched and self._passes % FULL_SWEEP != 1:
+                # and those that came since the last full read (another portal's, perhaps)
+                query = query.where(or_(components.c.type != "process",
+                                        components.c.host.not_in(watched),
+                                        components.c.updated >= self._swept - 5.0))
+            elif host is None:
+                self._swept = self.clock()
             rows = conn.execute(query).all()
-            down = repo.down_hosts(conn) if rows else {}
         watcher = self.watcher
         by_app: dict[str, set[str]] = {}
         for app_id, path, kind, pid, on in rows:
