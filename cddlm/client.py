@@ -46,7 +46,7 @@ import stat
 import time
 import tomllib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import requests
 import zeep
@@ -57,7 +57,6 @@ from cddlm import ns, wsa, xmlsafe
 from cddlm.config import DEFAULT_PORTAL
 from cddlm.errors import ClientError
 from cddlm.listener import Event, Listener
-from cddlm.notify.messages import MANAGER_PATH, PORTAL_PATH
 from cddlm.notify.topics import topic_element
 
 __all__ = ["Application", "ClientConfig", "Credentials", "Event", "Listener", "Portal", "PortalFault",
@@ -405,6 +404,37 @@ class Portal:
         (holder,) = self.property("applications")
         return [Application(self, _epr_reference(epr))
                 for epr in holder.iterfind(A + "applicationReference")]
+
+    def list_applications(self, limit: int | None = None,
+                          after: str | None = None) -> tuple[list[dict], str | None]:
+        """One page of ``ext:listApplications``: the applications this caller may see, in
+        creation order (``id``, ``name``, ``state``, ``created``, ``owner``; times as the
+        portal wrote them), and the marker of the next page (None after the last)."""
+        req = etree.Element(EXT + "listApplicationsRequest", nsmap={"ext": ns.EXT})
+        if limit is not None:
+            etree.SubElement(req, EXT + "limit").text = str(int(limit))
+        if after is not None:
+            etree.SubElement(req, EXT + "after").text = after
+        out = self._invoke(lambda: _post(self, self.url, req))
+        return ([{"id": el.get("id"), "name": el.get("name"), "state": el.get("state"),
+                  "created": el.get("created"), "owner": el.get("owner")}
+                 for el in out.iterfind(EXT + "application")], out.findtext(EXT + "next"))
+
+    def each_application(self, page: int | None = None) -> Iterator[dict]:
+        """Every application this caller may see, ``page`` at a time (``list_applications``;
+        the portal's own page size if it refuses one that large)."""
+        after = None
+        while True:
+            try:
+                rows, after = self.list_applications(page, after)
+            except PortalFault as e:
+                if page is None or e.fault != "BadArgumentFault" or "limit" not in str(e):
+                    raise
+                page = None
+                continue
+            yield from rows
+            if after is None:
+                return
 
     def set_host_state(self, host: str, down: bool, reason: str | None = None) -> etree._Element:
         req = etree.Element("{%s}setHostStateRequest" % ns.EXT, nsmap={"ext": ns.EXT})
@@ -784,9 +814,9 @@ class Subscription:
     def _readdress(self) -> None:
         """The manager answers through every portal of the store: the same path on the
         client's (live) portal."""
-        base = self.portal.url[:-len(PORTAL_PATH)] if self.portal.url.endswith(PORTAL_PATH) \
+        base = self.portal.url[:-len(ns.PORTAL_PATH)] if self.portal.url.endswith(ns.PORTAL_PATH) \
             else self.portal.url
-        self.address = base + MANAGER_PATH + self.address.rstrip("/").rsplit("/", 1)[-1]
+        self.address = base + ns.MANAGER_PATH + self.address.rstrip("/").rsplit("/", 1)[-1]
 
     def renew(self, termination: str) -> str | None:
         """A new termination time (xsd:dateTime or xsd:duration); returns it as set."""

@@ -35,6 +35,9 @@ class Limits:
     max_query_result_bytes: int = 4 * MiB   # the serialized result of one query
     filter_seconds: float = 0.5             # budget of one message-content filter over one round's messages
     max_log_bytes: int = 8 * MiB            # a component's stdout.log/stderr.log; then rotated to .1
+    list_page_size: int = 1000              # applications in one ext:listApplications page by default
+    max_list_page: int = 10_000             # the most one page may hold (limit), then page on with next
+    max_listed_references: int = 1000       # api:applications holds the newest this many (ext:listApplications pages through all)
 
 
 @dataclass(frozen=True)

@@ -61,3 +61,15 @@ NSMAP = {
 def qname(namespace: str, local: str) -> str:
     """Clark notation, the form lxml uses for tags: ``{namespace}local``."""
     return "{%s}%s" % (namespace, local)
+
+# Below a portal's base URL (CONTRACT section 2): its endpoints' paths; and the producer name
+# the portal's own events (ApplicationCreated) carry in the outbox.
+PORTAL_PATH = "/cddlm/portal"
+APP_PATH = "/cddlm/applications/"
+MANAGER_PATH = "/cddlm/subscriptions/"
+PORTAL_PRODUCER = "portal"
+
+
+def app_address(portal: str, view_id: str) -> str:
+    """The address of application view ``view_id`` through the portal at base URL ``portal``."""
+    return portal.rstrip("/") + APP_PATH + view_id

@@ -39,7 +39,19 @@ class UnsafeXml(BadArgument):
         self.kind = kind
 
 
+_local = threading.local()
+
+
 def _parser() -> etree.XMLParser:
+    """This thread's parser (a parser is not shared between threads; making one per document
+    cost more than parsing a small one)."""
+    parser = getattr(_local, "parser", None)
+    if parser is None:
+        parser = _local.parser = _new_parser()
+    return parser
+
+
+def _new_parser() -> etree.XMLParser:
     return etree.XMLParser(
         resolve_entities=False,
         no_network=True,
@@ -153,7 +165,8 @@ def _parse(data: bytes | str, max_depth: int, base_url: str | None) -> etree._El
                         kind="too-deep" if deep else "not-well-formed") from None
     if root.getroottree().docinfo.doctype:
         raise UnsafeXml("DTDs are not allowed")
-    check_depth(root, max_depth)
+    if data.count(b"<") > max_depth:   # fewer tags than that cannot nest deeper
+        check_depth(root, max_depth)
     return root
 
 

@@ -27,6 +27,8 @@ RULES = {
     "netsafe": (set(), {"sqlalchemy", "spyne", "zeep", "apscheduler", "lxml", "requests"}),
     "xpathsafe": ({"errors", "budget"}, {"sqlalchemy", "spyne", "zeep", "apscheduler", "requests"}),
 }
+
+
 def imports(path: Path) -> set[str]:
     tree = ast.parse(path.read_text(), str(path))
     out = set()
@@ -98,3 +100,86 @@ def test_faults_are_built_in_one_place():
         text = path.read_text()
         if parts != ("portal", "faults.py") and "spyne.model.fault" in text:
             assert parts == ("portal", "soap.py") and "Fault(" not in text.replace("SoapFault", ""), parts
+
+
+# -- no import circles ------------------------------------------------------------------------------
+def _module_name(parts: tuple[str, ...]) -> str:
+    names = ["cddlm", *parts[:-1]] + ([] if parts[-1] == "__init__.py" else [parts[-1][:-3]])
+    return ".".join(names)
+
+
+def _runtime_imports(path: Path, known: set[str]) -> set[str]:
+    """The project modules ``path`` imports when it runs (anywhere: at the top, or inside a
+    function, which only hides a circle), not those imported for type checking alone."""
+    tree = ast.parse(path.read_text(), str(path))
+    hidden = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            hidden.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in hidden:
+            continue
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.startswith("cddlm"):
+            for a in node.names:
+                full = node.module + "." + a.name
+                out.add(full if full in known else node.module)
+    return out & known
+
+
+def import_circles() -> list[list[str]]:
+    """Every set of modules that import each other round a circle (Tarjan's strongly
+    connected components of the import graph, larger than one module)."""
+    paths = {_module_name(parts): path for path, parts in modules()}
+    graph = {name: _runtime_imports(path, set(paths)) - {name} for name, path in paths.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles = []
+
+    def visit(v: str) -> None:   # recursive: import chains are short
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_module_imports_itself_round_a_circle():
+    assert import_circles() == []
+
+
+def test_the_circle_finder_finds_circles(tmp_path, monkeypatch):
+    pkg = tmp_path / "cddlm"
+    (pkg / "a").mkdir(parents=True)
+    (pkg / "a" / "__init__.py").write_text("")
+    (pkg / "a" / "one.py").write_text("from cddlm.a import two\n")
+    (pkg / "a" / "two.py").write_text("def f():\n    from cddlm.a.one import x\n")
+    (pkg / "a" / "three.py").write_text("from typing import TYPE_CHECKING\n"
+                                        "if TYPE_CHECKING:\n    from cddlm.a import one\n")
+    (pkg / "a" / "four.py").write_text("import cddlm.a.three\n")
+    monkeypatch.setitem(globals(), "PKG", pkg)
+    assert import_circles() == [["cddlm.a.one", "cddlm.a.two"]]

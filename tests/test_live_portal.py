@@ -69,6 +69,26 @@ def test_lifecycle_with_zeep_from_the_served_wsdl(live_portal):
     assert gone.value.detail[0].tag == API + "NoSuchApplicationFault"
 
 
+def test_listing_with_zeep_and_the_client(live_portal):
+    """ext:listApplications from the served WSDL (a generated client's typed call) and through
+    cddlm.client, page by page, and `cddlm ls` in one request."""
+    lp = live_portal()
+    client = zeep.Client(lp.url + "?wsdl")
+    ids = [client.service.create(name="listed-%d" % i).ResourceId for i in range(3)]
+    first = client.service.listApplications(limit=2)
+    assert [a.id for a in first.application] == ids[:2]
+    assert first.application[0].name == "listed-0" and first.application[0].state == "instantiated"
+    assert first.application[0].owner == "admin" and first.application[0].created.year >= 2024
+    rest = client.service.listApplications(limit=2, after=first.next)
+    assert [a.id for a in rest.application] == ids[2:] and rest.next is None
+    with pytest.raises(zeep.exceptions.Fault) as refused:
+        client.service.listApplications(after="no-such-marker")
+    assert refused.value.detail[0].tag == API + "BadArgumentFault"
+    portal = Portal(lp.url, failover=False)
+    assert [r["id"] for r in portal.each_application(1)] == ids
+    assert portal.list_applications() == (portal.list_applications(10)[0], None)
+
+
 def test_lifecycle_with_raw_envelopes(live_portal):
     lp = live_portal()
     status, doc = post(lp.url, "<api:createRequest><api:name>raw</api:name></api:createRequest>",

@@ -199,3 +199,32 @@ def test_concurrent_creates_with_one_client_token_make_one_application(db_url, t
     with store.read() as conn:
         assert repo.count_by_state(conn) == {"instantiated": 1}
     store.dispose()
+
+
+def test_the_hot_read_through_the_driver_answers_and_survives_a_lost_connection(db_url):
+    """``Store.first`` (the application a view names, read through the driver directly) gives
+    what SQLAlchemy gives; a connection the database dropped is ``StoreUnavailable`` once, then
+    a new connection answers."""
+    from cddlm.errors import StoreUnavailable
+    store = make(db_url)
+    try:
+        app_id = new_app(store, "hot").id
+        with store.write() as conn:
+            view = repo.new_view(conn, app_id, "http://p", 1.0)
+        found = repo.app_by_view(store, view.id, 2.0)
+        with store.read() as conn:
+            expected = repo.get_app(conn, app_id)
+        assert found.id == app_id and found.name == "hot" and found.state == expected.state
+        assert found.created == expected.created and found.view_termination_time is None
+        assert repo.app_by_view(store, "no-such-view", 2.0) is None
+        if store.is_sqlite:
+            return
+        import psycopg
+        backend = store._local.conn.connection.dbapi_connection.info.backend_pid
+        with psycopg.connect(db_url.split("?")[0], autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        with pytest.raises(StoreUnavailable):
+            repo.app_by_view(store, view.id, 2.0)
+        assert repo.app_by_view(store, view.id, 2.0).id == app_id
+    finally:
+        store.dispose()

@@ -13,6 +13,7 @@ from cddlm import ns
 from cddlm.config import Limits
 from cddlm.errors import BadArgument, DescriptorError, ResolutionError
 from cddlm.lang import library, registry
+from cddlm.lang.model import Resolution, ResolveRequest
 from cddlm.application.loader import Loader
 
 EXTENSIONS = {".cdl": ns.CDL, ".xml": ns.NATIVE, ".yaml": ns.HOT, ".yml": ns.HOT, ".json": ns.HOT}
@@ -24,14 +25,14 @@ def guess_language(path: str) -> str:
 
 def resolve(source, language: str, *, base_url: str | None = None, properties=None,
             loader: Loader | None = None, limits: Limits | None = None, version: str | None = None,
-            require_components: bool = True) -> registry.Resolution:
+            require_components: bool = True) -> Resolution:
     """Resolve and check a descriptor, reading its imports through ``loader`` (by default
     none but the component library). ``require_components=False`` is for resolving only
     (``cddlm lang resolve``): a valid document that declares no components is accepted, and
     the components it does declare are still checked against the library."""
     limits = limits or Limits()
     lang = registry.get(language, version)
-    request = registry.ResolveRequest(source=source, base_url=base_url,
+    request = ResolveRequest(source=source, base_url=base_url,
                                       properties=dict(properties or {}),
                                       loader=loader or Loader(max_bytes=limits.max_body_bytes),
                                       limits=limits)
@@ -42,7 +43,7 @@ def resolve(source, language: str, *, base_url: str | None = None, properties=No
 
 def resolve_file(path: str, *, language: str | None = None, properties=None,
                  import_path: tuple[str, ...] = (), require_components: bool = True,
-                 limits: Limits | None = None) -> registry.Resolution:
+                 limits: Limits | None = None) -> Resolution:
     """Resolve a descriptor file on this machine (``cddlm lang resolve``), as the user running
     the command: its imports may be any regular file that user can read."""
     limits = limits or Limits()

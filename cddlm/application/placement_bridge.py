@@ -13,9 +13,9 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from cddlm.application.placing import placed_paths
 from cddlm.errors import BadArgument, PlacementError
 from cddlm.lang import library
+from cddlm.lang.library import placed_paths
 from cddlm.lang.model import Deployment
 from cddlm.placement import api, nested
 

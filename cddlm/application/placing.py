@@ -8,16 +8,10 @@ asks the placement engine; no placement is a ``PlacementError`` naming the confl
 
 from __future__ import annotations
 
-from typing import Any
-
 from cddlm.application.hosts import Hosts
 from cddlm.errors import PlacementError
-from cddlm.lang import library
+from cddlm.lang.library import placed_paths
 from cddlm.lang.model import Deployment
-
-
-def placed_paths(deployment: Deployment) -> list[tuple[str, Any]]:
-    return [(p, c) for p, c in deployment.walk() if library.TYPES[c.type].placed]
 
 
 class Placer:

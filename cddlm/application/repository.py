@@ -17,12 +17,13 @@ from sqlalchemy.exc import IntegrityError
 
 from cddlm import ns
 from cddlm.application import lifecycle
+from cddlm.application.store import Store
 from cddlm.application.tables import (LOCAL_OWNER, applications, components, events, history, hosts,
                                      nonces, views, work)
 
 LIFECYCLE_TOPIC = ns.LIFECYCLE_TOPIC
 CREATED_TOPIC = ns.CREATED_TOPIC
-PORTAL_PRODUCER = "portal"
+PORTAL_PRODUCER = ns.PORTAL_PRODUCER
 
 
 class _Json:
@@ -153,9 +154,20 @@ def new_id() -> str:
 
 
 # -- applications ----------------------------------------------------------------------------
-def get_app(conn: Connection, app_id: str) -> App | None:
-    row = conn.execute(_GET_APP, {"app_id": app_id}).first()
-    return App.from_row(row) if row else None
+def _row(source: "Connection | Store", statement: Any, params: dict) -> Any:
+    """The first row of a prebuilt statement as a mapping (None: no row): on a connection, in
+    its transaction; given the store, through ``Store.first`` (the driver directly, no
+    transaction: the hot reads, where SQLAlchemy's work per execution cost more than the
+    database's)."""
+    if isinstance(source, Connection):
+        row = source.execute(statement, params).first()
+        return row._mapping if row is not None else None
+    return source.first(statement, params)
+
+
+def get_app(conn: "Connection | Store", app_id: str) -> App | None:
+    row = _row(conn, _GET_APP, {"app_id": app_id})
+    return App(row) if row is not None else None
 
 
 _APP_BY_VIEW = (select(*APP_COLUMNS, views.c.app_id.label("view_app"),
@@ -173,21 +185,21 @@ def lock_app(conn: Connection, app_id: str) -> App | None:
     return App.from_row(row) if row else None
 
 
-def app_by_view(conn: Connection, view_id: str, now: float) -> App | None:
+def app_by_view(conn: "Connection | Store", view_id: str, now: float) -> App | None:
     """The application a live view names (one indexed join; the hot path of every app
     request); ``view_termination_time`` on it is the view's own termination time."""
-    row = conn.execute(_APP_BY_VIEW, {"view": view_id, "now": now}).first()
-    return App.from_row(row) if row else None
+    row = _row(conn, _APP_BY_VIEW, {"view": view_id, "now": now})
+    return App(row) if row is not None else None
 
 
-def app_by_name(conn: Connection, name: str, owner: str | None = None) -> App | None:
+def app_by_name(conn: "Connection | Store", name: str, owner: str | None = None) -> App | None:
     """The live application of that name, else the newest terminated one (of ``owner`` only,
     when given)."""
     if owner is None:
-        row = conn.execute(_APP_BY_NAME, {"name": name}).first()
+        row = _row(conn, _APP_BY_NAME, {"name": name})
     else:
-        row = conn.execute(_OWNED_APP_BY_NAME, {"name": name, "owner": owner}).first()
-    return App.from_row(row) if row else None
+        row = _row(conn, _OWNED_APP_BY_NAME, {"name": name, "owner": owner})
+    return App(row) if row is not None else None
 
 
 def app_by_token(conn: Connection, token: str, owner: str = LOCAL_OWNER) -> App | None:
@@ -252,31 +264,53 @@ def get_view(conn: Connection, view_id: str) -> View | None:
     return View(*row) if row else None
 
 
-def view_for(conn: Connection, app_id: str, portal: str, now: float) -> View | None:
+def view_for(conn: "Connection | Store", app_id: str, portal: str, now: float) -> View | None:
     """The oldest live view of the application through ``portal``."""
-    row = conn.execute(_VIEW_FOR, {"app_id": app_id, "portal": portal, "now": now}).first()
-    return View(*row) if row else None
+    row = _row(conn, _VIEW_FOR, {"app_id": app_id, "portal": portal, "now": now})
+    return View(row["id"], row["app_id"], row["portal"], row["termination_time"]) \
+        if row is not None else None
 
 
-def all_views(conn: Connection, portal: str, now: float,
-              owner: str | None = None) -> list[tuple[str, View | None]]:
-    """Every application (of ``owner`` only, when given) with its oldest live view through
-    ``portal`` (None when it has none)."""
-    first = (select(views.c.app_id, func.min(views.c.created).label("created"))
-             .where(views.c.portal == portal, _LIVE_VIEW).group_by(views.c.app_id).subquery())
-    rows = conn.execute(
-        select(applications.c.id, views.c.id, views.c.portal)
-        .select_from(applications.outerjoin(first, first.c.app_id == applications.c.id)
-                     .outerjoin(views, (views.c.app_id == first.c.app_id)
-                                & (views.c.created == first.c.created)
-                                & (views.c.portal == portal)))
-        .where(*([applications.c.owner == owner] if owner is not None else []))
-        .order_by(applications.c.created, applications.c.id), {"now": now})
-    seen: dict[str, View | None] = {}
-    for app_id, view_id, view_portal in rows:
-        if app_id not in seen or seen[app_id] is None:
-            seen[app_id] = View(view_id, app_id, view_portal) if view_id else None
-    return list(seen.items())
+def all_views(conn: Connection, portal: str, now: float, owner: str | None = None,
+              limit: int | None = None) -> list[tuple[str, View | None]]:
+    """The applications (of ``owner`` only, when given; the newest ``limit`` of them, when
+    given), oldest first, each with its oldest live view through ``portal`` (None when it has
+    none). Two index reads: the page of applications, then their views."""
+    a = applications.c
+    query = select(a.id).where(*([a.owner == owner] if owner is not None else []))
+    if limit is not None:
+        ids = [r[0] for r in conn.execute(query.order_by(a.created.desc(), a.id.desc()).limit(limit))]
+        ids.reverse()
+    else:
+        ids = [r[0] for r in conn.execute(query.order_by(a.created, a.id))]
+    found: dict[str, View] = {}
+    for start in range(0, len(ids), 500):     # bound the parameters of one statement
+        for view_id, app_id, view_portal, _created in conn.execute(
+                select(views.c.id, views.c.app_id, views.c.portal, views.c.created)
+                .where(views.c.app_id.in_(ids[start:start + 500]), views.c.portal == portal,
+                       _LIVE_VIEW).order_by(views.c.created.desc()), {"now": now}):
+            found[app_id] = View(view_id, app_id, view_portal)   # the oldest wins (last)
+    return [(app_id, found.get(app_id)) for app_id in ids]
+
+
+LISTED = (applications.c.id, applications.c.name, applications.c.state, applications.c.created,
+          applications.c.owner)
+
+
+def list_apps(conn: Connection, limit: int, after: tuple[float, str] | None = None,
+              owner: str | None = None) -> list[Any]:
+    """A page of applications (of ``owner`` only, when given) in creation order: at most
+    ``limit`` rows of ``LISTED`` after the application ``after`` names (created, id). An
+    index range (``ix_applications_created``, ``ix_applications_owner_created``)."""
+    a = applications.c
+    query = select(*LISTED)
+    if owner is not None:
+        query = query.where(a.owner == owner)
+    if after is not None:
+        created, app_id = after
+        # (created, id) > after, written so that both databases range-scan the index
+        query = query.where(a.created >= created, or_(a.created > created, a.id > app_id))
+    return conn.execute(query.order_by(a.created, a.id).limit(limit)).all()
 
 
 def delete_view(conn: Connection, view_id: str) -> int:

@@ -14,6 +14,7 @@ principal in the audit log, in the transaction of the change.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import time
@@ -24,6 +25,7 @@ from lxml import etree
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
+from cddlm import ns
 from cddlm.application import (audit as audit_log, descriptors, lifecycle, options as opts, secrets,
                                tenancy)
 from cddlm.application import repository as repo
@@ -43,15 +45,12 @@ from cddlm.config import Settings
 from cddlm.errors import (BadArgument, DeploymentFailed, NoSuchApplication, ResolutionError, ResourceUnknown,
                           UnableToSetTerminationTime)
 from cddlm.lang import registry
+from cddlm.lang.documents import parse_xml
 from cddlm.lang.model import Deployment
 from cddlm.xsdtypes import parse_time
 
-APP_PATH = "/cddlm/applications/"
-
-
-def app_address(portal: str, view_id: str) -> str:
-    """The address of application view ``view_id`` on the portal at base URL ``portal``."""
-    return portal.rstrip("/") + APP_PATH + view_id
+APP_PATH = ns.APP_PATH
+app_address = ns.app_address
 
 
 @dataclass
@@ -149,18 +148,18 @@ class Service:
 
     def lookup(self, portal: str, resource_id: str | None = None,
                name: str | None = None, *, principal: Principal = LOCAL_ADMIN) -> repo.View:
-        with self.store.read() as conn:
-            if resource_id:
-                app = repo.get_app(conn, resource_id)
-            elif principal.admin:   # an administrator's own application of that name first
-                app = repo.app_by_name(conn, name or "", principal.name) or \
-                    repo.app_by_name(conn, name or "")
-            else:
-                app = repo.app_by_name(conn, name or "", principal.name)
-            if app is None or not tenancy.visible(app.owner, principal):
-                raise NoSuchApplication("no application %s" % (
-                    ("with id %s" % resource_id) if resource_id else ("named %r" % name)))
-            view = repo.view_for(conn, app.id, portal, self.clock())
+        store = self.store      # indexed reads through the driver; a view gone between is bound anew
+        if resource_id:
+            app = repo.get_app(store, resource_id)
+        elif principal.admin:   # an administrator's own application of that name first
+            app = repo.app_by_name(store, name or "", principal.name) or \
+                repo.app_by_name(store, name or "")
+        else:
+            app = repo.app_by_name(store, name or "", principal.name)
+        if app is None or not tenancy.visible(app.owner, principal):
+            raise NoSuchApplication("no application %s" % (
+                ("with id %s" % resource_id) if resource_id else ("named %r" % name)))
+        view = repo.view_for(store, app.id, portal, self.clock())
         if view is not None:
             return view
         return self._bind(app.id, portal)
@@ -201,11 +200,41 @@ class Service:
         return mine or self._bind(resource_id, portal)
 
     def applications(self, portal: str, *, principal: Principal = LOCAL_ADMIN) -> list[repo.View]:
-        """A view of every application ``principal`` may see, through ``portal``."""
+        """A view through ``portal`` of each of the newest ``Limits.max_listed_references``
+        applications ``principal`` may see, oldest first (``list_applications`` pages through
+        them all). Applications with no view here get one, in one transaction."""
         with self.store.read() as conn:
-            pairs = repo.all_views(conn, portal, self.clock(),
-                                   owner=None if principal.admin else principal.name)
-        return [view if view is not None else self._bind(app_id, portal) for app_id, view in pairs]
+            pairs = repo.all_views(conn, portal, self.clock(), owner=_owner_filter(principal),
+                                   limit=self.settings.limits.max_listed_references)
+        missing = [app_id for app_id, view in pairs if view is None]
+        if missing:
+            with self.store.write() as conn:
+                now = self.clock()
+                bound = {app_id: repo.view_for(conn, app_id, portal, now)
+                         or repo.new_view(conn, app_id, portal, now)
+                         for app_id in missing if repo.get_app(conn, app_id) is not None}
+            pairs = [(app_id, view or bound.get(app_id)) for app_id, view in pairs]
+        return [view for _, view in pairs if view is not None]   # (destroyed meanwhile: gone)
+
+    def list_applications(self, limit: int | None = None, after: str | None = None, *,
+                          principal: Principal = LOCAL_ADMIN) -> tuple[list[dict], str | None]:
+        """A page of the applications ``principal`` may see, in creation order: at most
+        ``limit`` (default ``Limits.list_page_size``, at most ``Limits.max_list_page``) after
+        the continuation marker ``after`` (the ``next`` of the previous page); each ``id``,
+        ``name``, ``state``, ``created``, ``owner``. Returns (page, the next page's marker,
+        None after the last page). One index range read; nothing is written."""
+        lim = self.settings.limits
+        limit = lim.list_page_size if limit is None else limit
+        if not 1 <= limit <= lim.max_list_page:
+            raise BadArgument("limit must be between 1 and %d (page on with the continuation "
+                              "marker)" % lim.max_list_page)
+        position = listing_position(after) if after is not None else None
+        with self.store.single() as conn:
+            rows = repo.list_apps(conn, limit + 1, position, owner=_owner_filter(principal))
+        page = [{"id": r.id, "name": r.name, "state": r.state, "created": r.created,
+                 "owner": r.owner} for r in rows[:limit]]
+        more = len(rows) > limit
+        return page, (listing_marker(page[-1]["created"], page[-1]["id"]) if more else None)
 
     def dynamic_info(self, *, principal: Principal = LOCAL_ADMIN) -> dict:
         """Counts of applications per state, queued work and undelivered notifications (of
@@ -252,8 +281,7 @@ class Service:
                      principal: Principal = LOCAL_ADMIN) -> repo.App:
         """The application a live view names (``view_termination_time`` on it: the view's),
         when ``principal`` may see it."""
-        with self.store.single() as conn:
-            app = repo.app_by_view(conn, view_id, self.clock())
+        app = repo.app_by_view(self.store, view_id, self.clock())
         if app is None or (resource_id and resource_id != app.id) \
                 or not tenancy.visible(app.owner, principal):
             raise ResourceUnknown("no application view %s" % view_id)
@@ -351,7 +379,7 @@ class Service:
             return d.body, etree.tostring(d.body, encoding="unicode")
         if d.text is not None:
             if lang.body == "xml":   # a malformed one is a DescriptorFault, as a body or reference is
-                return registry.parse_xml(d.text, self.settings.limits), d.text
+                return parse_xml(d.text, self.settings.limits), d.text
             return d.text, d.text
         raise BadArgument("the descriptor has neither body, text nor reference")
 
@@ -571,6 +599,34 @@ class Service:
                              detail="%s%s" % (name, ": " + reason if reason else ""))
         if down and self.engine is not None:
             self.engine.check_all(host=name)
+
+
+def _owner_filter(principal: Principal) -> str | None:
+    """The owner a listing is limited to (None: everyone's, for an administrator)."""
+    return None if principal.admin else principal.name
+
+
+def listing_marker(created: float, app_id: str) -> str:
+    """The continuation marker after the application (created, id): opaque to clients."""
+    return base64.urlsafe_b64encode(("%r %s" % (created, app_id)).encode()).decode().rstrip("=")
+
+
+def listing_position(marker: str) -> tuple[float, str]:
+    """(created, id) of a continuation marker; ``BadArgument`` for one this portal did not give."""
+    marker = marker.strip()
+    try:
+        if len(marker) > 200:
+            raise ValueError
+        created, _, app_id = base64.urlsafe_b64decode(marker + "=" * (-len(marker) % 4)) \
+            .decode("ascii").partition(" ")
+        position = float(created), app_id
+        if not app_id.startswith("urn:uuid:") or position[0] != position[0]:
+            raise ValueError
+    except ValueError:     # binascii.Error and UnicodeDecodeError are ValueErrors
+        raise BadArgument("%r is not a continuation marker this portal gave (use the next of "
+                          "the previous page, or none for the first page)" % marker[:80]) from None
+    return position
+
 
 def _owner(conn, app_id: str) -> str | None:
     app = repo.get_app(conn, app_id)

@@ -110,6 +110,7 @@ class Store:
         # one autocommit connection per thread for single-statement reads (the hot path)
         self._single = self.engine.execution_options(cddlm_single=True, isolation_level="AUTOCOMMIT")
         self._local = threading.local()
+        self._compiled: dict = {}     # statement -> (SQL, parameter order, column names): ``first``
 
     @property
     def safe_url(self) -> str:
@@ -178,6 +179,42 @@ class Store:
             conn.close()
             raise
 
+    def first(self, statement, params: dict) -> dict | None:
+        """The first row of a prebuilt SELECT as a dict (column names as keys), or None: the
+        statement compiled once, run through the driver on the thread's own autocommit
+        connection (``single``). For the hottest read (every application request finds its
+        application this way), where SQLAlchemy's work per execution cost more than the
+        database's own."""
+        shape = self._compiled.get(statement)
+        if shape is None:
+            compiled = statement.compile(dialect=self.engine.dialect)
+            names = tuple(c.name for c in statement.selected_columns)
+            order = tuple(compiled.positiontup) if compiled.positional else None
+            shape = self._compiled[statement] = (compiled.string, order, names,
+                                                 dict(compiled.params))   # LIMIT's value ...
+        sql, order, names, defaults = shape
+        params = {**defaults, **params}
+        args = tuple(params[k] for k in order) if order is not None else params
+        driver = self.engine.dialect.loaded_dbapi
+        conn = getattr(self._local, "conn", None)   # single()'s, without its transaction marker
+        try:
+            if conn is None:
+                with self._translate():
+                    conn = self._local.conn = self._single.connect()
+            cursor = conn.connection.dbapi_connection.cursor()
+            try:
+                cursor.execute(sql, args)
+                row = cursor.fetchone()
+            finally:
+                cursor.close()
+        except (driver.OperationalError, driver.InterfaceError) as e:
+            self._local.conn = None     # gone or broken: the pool must not reuse it
+            if conn is not None:
+                conn.invalidate()
+                conn.close()
+            raise StoreUnavailable("database unavailable: %s" % e) from None
+        return dict(zip(names, row)) if row is not None else None
+
     @contextlib.contextmanager
     def _translate(self) -> Iterator[None]:
         try:
@@ -190,19 +227,33 @@ class Store:
 
     # -- schema -----------------------------------------------------------------------------
     def migrate(self) -> None:
-        """Bring the schema to the newest revision (Alembic), safely with several portals."""
+        """Bring the schema to the newest revision (Alembic; every head, should work done in
+        parallel have branched from one revision), safely with several portals."""
         from alembic import command
         from alembic.config import Config
 
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
+        if self._at_head(cfg):
+            return     # the usual start: nothing to migrate, and nothing to check row by row
         if self.is_sqlite:
             self._migrate_sqlite(cfg)
             return
         with self.write() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(4242001)"))
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "head")
+            command.upgrade(cfg, "heads")
+
+    def _at_head(self, cfg) -> bool:
+        """Whether the schema is at the newest revision already (one read of alembic_version;
+        a start over a large store must not pay for what only a migration needs)."""
+        from alembic.runtime.migration import MigrationContext
+        from alembic.script import ScriptDirectory
+        heads = set(ScriptDirectory.from_config(cfg).get_heads())
+        with self._translate(), self.engine.connect() as conn:
+            current = set(MigrationContext.configure(conn).get_current_heads())
+            conn.rollback()
+        return current == heads
 
     def _migrate_sqlite(self, cfg) -> None:
         """SQLite cannot drop a constraint, so a migration may rebuild a table (copy, drop,
@@ -217,7 +268,7 @@ class Store:
                 conn.execution_options(cddlm_single=False, cddlm_write=True)
                 with conn.begin():
                     cfg.attributes["connection"] = conn
-                    command.upgrade(cfg, "head")
+                    command.upgrade(cfg, "heads")
                     broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
                     if broken:
                         raise StoreUnavailable("the schema migration left rows without their "

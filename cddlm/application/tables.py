@@ -57,6 +57,9 @@ Index("ix_applications_live_owner_name", applications.c.owner, applications.c.na
       sqlite_where=_LIVE, postgresql_where=_LIVE)
 Index("ix_applications_name", applications.c.name)
 Index("ix_applications_owner_token", applications.c.owner, applications.c.client_token, unique=True)
+# listings page in creation order (everyone's, or one owner's): a page is an index range
+Index("ix_applications_created", applications.c.created, applications.c.id)
+Index("ix_applications_owner_created", applications.c.owner, applications.c.created, applications.c.id)
 
 views = Table(
     "views", metadata,
@@ -67,6 +70,7 @@ views = Table(
     Column("termination_time", Float, nullable=True),        # WS-RL: the view ends then
 )
 Index("ix_views_app_id", views.c.app_id)
+Index("ix_views_termination_time", views.c.termination_time)   # the scheduler's views due
 
 history = Table(
     "history", metadata,
@@ -104,6 +108,7 @@ components = Table(
     Column("updated", Float, nullable=False),
 )
 Index("ix_components_host", components.c.host)
+Index("ix_components_observed", components.c.observed)   # the running ones: liveness, re-adoption
 
 work = Table(
     "work", metadata,

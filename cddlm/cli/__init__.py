@@ -42,6 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for group in GROUPS:
         group.register(sub)
+    sub.choices["completion"].set_defaults(root_parser=p)   # it describes the whole command
     _everywhere(p, lambda c: c.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                                             help="show the traceback of an error"))
     return p

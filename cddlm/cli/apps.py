@@ -21,14 +21,12 @@ def _text(props: dict, key: str) -> str | None:
 # -- ls ---------------------------------------------------------------------------------------
 def applications(portal) -> list[dict]:
     """Every application: ``name``, ``id``, ``state``, ``created``, oldest first. The one
-    place ``ls`` gets its data from (a request per application until the portal offers one
-    bulk listing: issue 11)."""
-    rows = []
-    for app in portal.applications():
-        props = {el.tag: el for el in app.property_many("name", "state", "created")}
-        rows.append({"name": _text(props, A + "name"), "id": app.id,
-                     "state": _text(props, A + "state"), "created": _text(props, A + "created")})
-    return sorted(rows, key=lambda r: (r["created"] or "", r["id"]))
+    place ``ls`` gets its data from: ``ext:listApplications``, 10,000 a page."""
+    return [{"name": r["name"], "id": r["id"], "state": r["state"], "created": r["created"]}
+            for r in portal.each_application(LS_PAGE)]
+
+
+LS_PAGE = 10_000    # the most a portal sends in one page (Limits.max_list_page)
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

@@ -8,9 +8,9 @@ import re
 import sys
 import urllib.parse
 
+from cddlm import ns
 from cddlm.config import DEFAULT_PORTAL
 
-PORTAL_PATH = "/cddlm/portal"
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 ID_PREFIX = re.compile(r"^[0-9a-f][0-9a-f-]{3,}$", re.I)     # at least 4 characters, as git
 
@@ -45,8 +45,8 @@ def endpoint(value: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise UsageError("--portal expects a URL, host:port or the portal endpoint, not %r" % value)
     path = parts.path.rstrip("/")
-    if not path.endswith(PORTAL_PATH):
-        path += PORTAL_PATH
+    if not path.endswith(ns.PORTAL_PATH):
+        path += ns.PORTAL_PATH
     return urllib.parse.urlunsplit((parts.scheme, parts.netloc, path, "", ""))
 
 
@@ -138,12 +138,13 @@ def lookup(portal, app: str):
             if e.fault != "NoSuchApplicationFault":
                 raise
     elif ID_PREFIX.match(bare):
-        found = [a for a in portal.applications() if a.id.lower().startswith("urn:uuid:" + bare.lower())]
+        found = [a["id"] for a in portal.each_application(10_000)
+                 if a["id"].lower().startswith("urn:uuid:" + bare.lower())]
         if len(found) == 1:
-            return found[0]
+            return portal.lookup(found[0])
         if found:
             raise CliError("%r is the beginning of %d application ids (%s)" % (
-                app, len(found), ", ".join(sorted(a.id for a in found)[:5])),
+                app, len(found), ", ".join(sorted(found)[:5])),
                 "give more of the id, or the name")
     raise CliError("no application named %r or with that id" % app, "`cddlm ls` lists them")
 

@@ -124,8 +124,7 @@ autoload -U +X bashcompinit && bashcompinit
 
 
 def cmd_completion(args: argparse.Namespace) -> int:
-    from cddlm.cli import build_parser
-    script = bash_script(build_parser())
+    script = bash_script(args.root_parser)
     print((_ZSH + script) if args.shell == "zsh" else script, end="")
     return 0
 

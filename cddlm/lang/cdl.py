@@ -40,7 +40,8 @@ from cddlm import ns
 from cddlm.budget import ExpressionError, check_xpath
 from cddlm.errors import DescriptorError, ResolutionError
 from cddlm.lang import cdl_components
-from cddlm.lang.registry import Resolution, ResolveRequest, parse_xml
+from cddlm.lang.documents import parse_xml
+from cddlm.lang.model import Resolution, ResolveRequest
 
 CDL, CMP = ns.CDL, ns.CMP
 INTERNAL = "urn:cddlm:internal:cdl"     # stamps on working elements; never printed

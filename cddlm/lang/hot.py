@@ -31,8 +31,7 @@ from cddlm import ns
 from cddlm.errors import DescriptorError
 from cddlm.lang import hot_groups, hot_values, hot_yaml, policies
 from cddlm.lang.hot_yaml import error, line_of
-from cddlm.lang.model import Component, Deployment, value_to_json
-from cddlm.lang.registry import Resolution, ResolveRequest
+from cddlm.lang.model import Component, Deployment, Resolution, ResolveRequest, value_to_json
 
 TOP_KEYS = {"heat_template_version", "description", "parameter_groups", "parameters", "resources",
             "outputs", "groups"}

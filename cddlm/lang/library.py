@@ -367,6 +367,11 @@ def _check_groups(deployment: Deployment) -> None:
                                       kind="unknown-member", path=g.name)
 
 
+def placed_paths(deployment: Deployment) -> list[tuple[str, Component]]:
+    """(path, component) of every component placed on a host itself (not the containers)."""
+    return [(p, c) for p, c in deployment.walk() if TYPES[c.type].placed]
+
+
 def placed_members(deployment: Deployment, member: str) -> list[str]:
     """The placed (leaf) component paths a group member stands for: a placed component itself,
     every placed descendant of a container, every placed member of a group (recursively)."""

@@ -18,7 +18,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Union
+
+from cddlm.config import Limits
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lxml import etree
 
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.\-]{0,127}$")
 
@@ -204,3 +209,42 @@ def has_lazy(v: Value) -> bool:
     if isinstance(v, dict):
         return any(has_lazy(x) for x in v.values())
     return False
+
+
+# -- what a language is given and gives back (lang/registry.py names the languages) --------------
+Loader = Callable[[str], bytes]
+"""Fetch an absolute location (``file:`` URL, or an allowed prefix) and return its bytes;
+raise ``ResolutionError`` when it cannot be read or is not allowed."""
+
+
+def no_loader(location: str) -> bytes:
+    from cddlm.errors import ResolutionError
+    raise ResolutionError("imports are not available here: %s" % location, kind="import")
+
+
+@dataclass
+class ResolveRequest:
+    source: etree._Element | str | bytes   # an XML element (SOAP body) or the document's text/bytes
+    base_url: str | None = None            # the document's own location, for relative imports
+    properties: Mapping[str, str] = field(default_factory=dict)  # deploy-time properties
+    loader: Loader = no_loader
+    limits: Limits = field(default_factory=Limits)
+
+
+class Resolution:
+    """A resolved descriptor: its ``deployment``, the eager properties it read, and
+    ``display``, what ``cddlm lang resolve`` prints (for CDL the resolved ``cdl:system``). A
+    language may pass ``display`` as a function: it is then rendered on first read only, so
+    deploying never pays for printing."""
+
+    def __init__(self, deployment: Deployment, display: str | Callable[[], str],
+                 used_properties: tuple[str, ...] = ()):
+        self.deployment = deployment
+        self._display = display
+        self.used_properties = used_properties
+
+    @property
+    def display(self) -> str:
+        if callable(self._display):
+            self._display = self._display()
+        return self._display

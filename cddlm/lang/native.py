@@ -27,7 +27,8 @@ from cddlm import ns
 from cddlm.errors import DescriptorError, ResolutionError
 from cddlm.lang import policies
 from cddlm.lang.model import Component, Deployment, Group, Lazy, Policy, Value
-from cddlm.lang.registry import Resolution, ResolveRequest, parse_xml
+from cddlm.lang.documents import parse_xml
+from cddlm.lang.model import Resolution, ResolveRequest
 
 N = ns.NATIVE
 

@@ -41,7 +41,8 @@ from cddlm.xpathsafe import BudgetExceeded, XPathPool
 
 log = logging.getLogger(__name__)
 MAINTENANCE_INTERVAL = 1.0
-PRUNE_INTERVAL = 60.0
+PRUNE_INTERVAL = 60.0     # a sweep of the outbox starts this long after the last one started
+PRUNE_STEP = 2000         # event ids one maintenance pass of a sweep looks at
 FAN_OUT_LIMIT = 1000
 IDLE_GAP = 0.02   # seconds between rounds that found nothing to do
 
@@ -94,6 +95,7 @@ class Delivery:
         self._pending_outcomes: list[outbox.Outcome] = []   # found by senders, not yet recorded
         self._next_maintenance = 0.0
         self._next_prune = 0.0
+        self._sweep: tuple[int, int] | None = None   # (ids below done, the newest to look at)
 
     # -- life -------------------------------------------------------------------------------
     def start(self) -> None:
@@ -284,7 +286,7 @@ class Delivery:
 
     def _maintain(self, now: float) -> None:
         self._next_maintenance = now + MAINTENANCE_INTERVAL
-        prune = now >= self._next_prune
+        prune = self._sweep is not None or now >= self._next_prune
         with self.store.single() as conn:
             expirable = outbox.expirable(conn, now)
             unwanted = outbox.unwanted(conn, now)
@@ -299,8 +301,19 @@ class Delivery:
             if orphaned:
                 outbox.release_orphaned(conn, self.owner)
             if prune:
-                self._next_prune = now + PRUNE_INTERVAL
-                outbox.prune_events(conn, now, self.settings.event_retention_seconds)
+                self._prune_step(conn, now)
+
+    def _prune_step(self, conn, now: float) -> None:
+        """One step of the sweep that prunes the outbox: ``PRUNE_STEP`` event ids a pass, from
+        the oldest event to the newest there was when the sweep began."""
+        if self._sweep is None:
+            self._next_prune = now + PRUNE_INTERVAL
+            low, high = outbox.event_ids(conn)
+            self._sweep = (low - 1, high)
+        done, last = self._sweep
+        upto = min(done + PRUNE_STEP, last)
+        outbox.prune_events(conn, now, self.settings.event_retention_seconds, done, upto)
+        self._sweep = (upto, last) if upto < last else None
 
 
 

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from lxml import etree
 
 from cddlm import ns, wsa
-from cddlm.application.repository import PORTAL_PRODUCER
-from cddlm.application.service import app_address
 from cddlm.notify import topics
 from cddlm.xmlsafe import clean
 from cddlm.xsdtypes import format_datetime
@@ -27,8 +25,8 @@ from cddlm.xsdtypes import format_datetime
 A = "{%s}" % ns.API
 WSNT = "{%s}" % ns.WSNT
 NOTIFY_ACTION = ns.WSNTW + "/NotificationConsumer/Notify"
-MANAGER_PATH = "/cddlm/subscriptions/"
-PORTAL_PATH = "/cddlm/portal"
+MANAGER_PATH, PORTAL_PATH, PORTAL_PRODUCER = ns.MANAGER_PATH, ns.PORTAL_PATH, ns.PORTAL_PRODUCER
+app_address = ns.app_address
 
 
 def _sub(parent: etree._Element, local: str, value: object) -> etree._Element:

@@ -338,14 +338,26 @@ def expire(conn: Connection, now: float) -> int:
     return gone
 
 
-def prune_events(conn: Connection, now: float, retention: float) -> int:
+def prune_events(conn: Connection, now: float, retention: float, after: int | None = None,
+                 upto: int | None = None) -> int:
     """Delete delivered events older than ``retention``, keeping each live producer's newest
-    event on each topic (GetCurrentMessage)."""
+    event on each topic (GetCurrentMessage); only those with ids in (``after``, ``upto``]
+    when given (a range of the primary key: a sweep in bounded steps holds the store briefly
+    each time, where one pass over every event held it for as long as the outbox is large)."""
     newer = events.alias("newer")
     has_newer = exists().where(newer.c.producer == e.producer, newer.c.topic == e.topic,
                                newer.c.id > e.id)
     gone_app = and_(e.producer != PORTAL_PRODUCER, ~exists().where(applications.c.id == e.producer))
+    window = ([e.id > after] if after is not None else []) + ([e.id <= upto] if upto is not None else [])
     return conn.execute(delete(events).where(
-        e.fanned_out.is_(True), e.created < now - retention,
+        *window, e.fanned_out.is_(True), e.created < now - retention,
         ~exists().where(d.event_id == e.id),
         or_(has_newer, gone_app))).rowcount
+
+
+def event_ids(conn: Connection) -> tuple[int, int]:
+    """(the oldest event id, the newest), (0, 0) for an empty outbox: what a prune sweeps."""
+    # two statements: SQLite answers a lone min() or max() from the index, both together by a scan
+    low = conn.execute(select(func.min(e.id))).scalar()
+    high = conn.execute(select(func.max(e.id))).scalar()
+    return (low or 0), (high or 0)

@@ -8,7 +8,7 @@ the body element's QName to the handler and the response's wsa:Action (CONTRACT 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Callable
 
 from lxml import etree
 
@@ -33,6 +33,7 @@ from cddlm.xsdtypes import format_datetime, format_duration, parse_datetime, par
 API, RL, WSNT = ns.API, ns.WSRF_RL, ns.WSNT
 RLW = "http://docs.oasis-open.org/wsrf/rlw-2/"
 STATES = ("instantiated", "initialized", "running", "failed", "terminated")
+APP_DOCUMENT = "{%s}applicationProperties" % API
 
 
 def api_action(port_type: str, op: str) -> str:
@@ -73,6 +74,7 @@ class Handlers:
         self.subscriptions = subscriptions   # portal.subscriptions.SubscriptionHandlers, when wired
         self.views = views or Views(service)
         self.xpath = xpath                   # evaluates QueryResourceProperties
+        self._app_table = self._app_builders()
 
     # -- portal ---------------------------------------------------------------------------------
     def create(self, req: Request) -> etree._Element:
@@ -111,6 +113,23 @@ class Handlers:
             _q(RL, "TerminationTime"): lambda: [rp.termination_time(None)],
             _q(ns.EXT, "portals"): lambda: [self.portals(req.portal)],
         })
+
+    def list_applications(self, req: Request) -> etree._Element:
+        """``ext:listApplications``: a page of the applications the caller may see, in creation
+        order, each its id, name, state, created and owner; ``ext:next`` continues it."""
+        ext = "{%s}" % ns.EXT
+        limit, after = req.body.findtext(ext + "limit"), req.body.findtext(ext + "after")
+        page, marker = self.service.list_applications(
+            int(limit) if limit is not None else None, after, principal=req.principal)
+        out = etree.Element(ext + "listApplicationsResponse", nsmap={"ext": ns.EXT})
+        for a in page:
+            el = etree.SubElement(out, ext + "application", id=a["id"], state=a["state"],
+                                  created=format_datetime(a["created"]), owner=a["owner"])
+            if a["name"] is not None:
+                el.set("name", a["name"])
+        if marker is not None:
+            etree.SubElement(out, ext + "next").text = marker
+        return out
 
     def portals(self, me: str) -> etree._Element:
         """``ext:portals``: every live portal of the store, its endpoint EPR and times, this
@@ -321,29 +340,36 @@ class Handlers:
         return set_termination_response(None, now)
 
     def app_properties(self, req: Request) -> rp.Properties:
-        app = self.app(req)
-        return rp.Properties(m.q("applicationProperties"), {
-            m.q("name"): lambda: [m.element("name", value=app.name)] if app.name else [],
-            m.q("id"): lambda: [m.element("id", value=app.id)],
-            m.q("deploymentInfo"): lambda: [self.deployment_info(app)],
-            m.q("state"): lambda: [m.element("state", value=app.state)],
-            m.q("stateInfo"): lambda: [m.element("stateInfo", value=app.state_info)] if app.state_info else [],
-            m.q("terminationInfo"): lambda: [termination_info(app.termination_info)]
+        return rp.Properties(APP_DOCUMENT, self._app_table, (self.app(req), req))
+
+    def _app_builders(self) -> dict[str, Callable[[App, Request], list[etree._Element]]]:
+        """The application's resource properties in document order, each a function of the
+        application and the request: built once, not per request (the hot path)."""
+        return {
+            m.q("name"): lambda app, req: [m.element("name", value=app.name)] if app.name else [],
+            m.q("id"): lambda app, req: [m.element("id", value=app.id)],
+            m.q("deploymentInfo"): lambda app, req: [self.deployment_info(app)],
+            m.q("state"): lambda app, req: [m.element("state", value=app.state)],
+            m.q("stateInfo"): lambda app, req: [m.element("stateInfo", value=app.state_info)]
+            if app.state_info else [],
+            m.q("terminationInfo"): lambda app, req: [termination_info(app.termination_info)]
             if app.termination_info else [],
-            m.q("created"): lambda: [m.timestamp("created", app.created)],
-            m.q("started"): lambda: [m.timestamp("started", app.started) if app.started
-                                     else rp.termination_time(None, m.q("started"))],
-            m.q("terminated"): lambda: [m.timestamp("terminated", app.terminated)] if app.terminated else [],
-            m.q("stateHistory"): lambda: [self.state_history(app)],
-            _q(RL, "CurrentTime"): rp.current_time,
-            _q(RL, "TerminationTime"): lambda: [rp.termination_time(app.view_termination_time)],
-            **producer_properties(topics.LIFECYCLE),
-            _q(ns.EXT, "placementAudit"): lambda: [placement_audit(app.placement.get("audit"))]
+            m.q("created"): lambda app, req: [m.timestamp("created", app.created)],
+            m.q("started"): lambda app, req: [m.timestamp("started", app.started) if app.started
+                                              else rp.termination_time(None, m.q("started"))],
+            m.q("terminated"): lambda app, req: [m.timestamp("terminated", app.terminated)]
+            if app.terminated else [],
+            m.q("stateHistory"): lambda app, req: [self.state_history(app)],
+            _q(RL, "CurrentTime"): lambda app, req: rp.current_time(),
+            _q(RL, "TerminationTime"): lambda app, req: [rp.termination_time(app.view_termination_time)],
+            **{qname: (lambda build: lambda app, req: build())(build)
+               for qname, build in producer_properties(topics.LIFECYCLE).items()},
+            _q(ns.EXT, "placementAudit"): lambda app, req: [placement_audit(app.placement.get("audit"))]
             if app.placement and app.placement.get("audit") else [],
-            _q(ns.EXT, "scheduledTermination"): lambda: [
+            _q(ns.EXT, "scheduledTermination"): lambda app, req: [
                 rp.termination_time(app.termination_time, _q(ns.EXT, "scheduledTermination"))],
-            _q(ns.EXT, "components"): lambda: [self.components(app, req)],
-        })
+            _q(ns.EXT, "components"): lambda app, req: [self.components(app, req)],
+        }
 
     def deployment_info(self, app: App) -> etree._Element:
         info = m.element("deploymentInfo")
@@ -392,10 +418,12 @@ class Handlers:
     def endpoints(self) -> tuple[Endpoint, Endpoint]:
         portal_ops = {
             m.q("createRequest"): Operation(self.create, api_action("Portal", "create")),
-            m.q("lookupRequest"): Operation(self.lookup, api_action("Portal", "lookup")),
+            m.q("lookupRequest"): Operation(self.lookup, api_action("Portal", "lookup"), direct=True),
             m.q("rebindRequest"): Operation(self.rebind, api_action("Portal", "rebind")),
             _q(ns.EXT, "setHostStateRequest"): Operation(self.set_host_state,
                                                            ns.EXT + ":Portal:setHostStateResponse"),
+            _q(ns.EXT, "listApplicationsRequest"): Operation(
+                self.list_applications, ns.EXT + ":Portal:listApplicationsResponse"),
             _q(RL, "Destroy"): Operation(self.destroy_portal,
                                          RLW + "ImmediateResourceTermination/DestroyResponse"),
             _q(RL, "SetTerminationTime"): Operation(

@@ -31,19 +31,20 @@ Builder = Callable[[], list[etree._Element]]
 @dataclass
 class Properties:
     document: str                        # Clark name of the RP document element
-    builders: dict[str, Builder]         # property QName -> elements, in document order
+    builders: dict[str, Callable[..., list[etree._Element]]]   # property QName -> elements, in document order
+    args: tuple = ()                     # what each builder is called with (a table built once)
 
     def get(self, qname: str) -> list[etree._Element]:
         builder = self.builders.get(qname)
         if builder is None:
             raise InvalidPropertyQName("%s is not a resource property of this resource" % qname)
-        return builder()
+        return builder(*self.args)
 
     def build_document(self) -> etree._Element:
         doc = etree.Element(self.document,
                             nsmap={k: v for k, v in ns.NSMAP.items() if k != "soapenv"})
         for builder in self.builders.values():
-            doc.extend(builder())
+            doc.extend(builder(*self.args))
         return doc
 
 
@@ -139,11 +140,11 @@ def operations(source: Callable[[Request], Properties], xpath: XPathPool) -> dic
     return {
         RP + "GetResourceProperty": Operation(
             wrap(get_property), RPW + "GetResourceProperty/GetResourcePropertyResponse",
-            validate=False),
+            validate=False, direct=True),
         RP + "GetMultipleResourceProperties": Operation(
             wrap(get_multiple),
             RPW + "GetMultipleResourceProperties/GetMultipleResourcePropertiesResponse",
-            validate=False),
+            validate=False, direct=True),
         RP + "GetResourcePropertyDocument": Operation(
             wrap(get_document),
             RPW + "GetResourcePropertyDocument/GetResourcePropertyDocumentResponse"),

@@ -6,6 +6,12 @@ authenticate the caller (``portal/auth.py``: the request's principal, before any
 looked at), route on the full QName of the body element through the endpoint's operation
 table, validate the body against the project's schemas, and write the whole response envelope
 itself (body, fault and WS-Addressing headers) in place of Spyne's serializer.
+
+Those steps are one ``Exchange`` per endpoint, which Spyne's protocol calls. The hottest reads
+(operations marked ``direct``: GetResourceProperty, GetMultipleResourceProperties, lookup) are
+answered by ``Exchange.direct`` through the very same steps without Spyne's WSGI plumbing,
+which cost more than the read itself; ``tests/test_direct_reads.py`` holds the two paths to
+the same bytes on the wire.
 """
 
 from __future__ import annotations
@@ -52,6 +58,7 @@ class Operation:
     handler: Callable[[Request], etree._Element]
     action: str                     # wsa:Action of the response
     validate: bool = True           # schema-validate the body first
+    direct: bool = False            # a hot read: answered without Spyne (Exchange.direct)
 
 
 @dataclass
@@ -101,27 +108,29 @@ class Validator:
 Authenticate = Callable[[dict, list], Principal]     # (environ, SOAP headers) -> who
 
 
-class CddlmSoap(Soap11):
-    """SOAP 1.1 as the portal speaks it; see the module docstring. Without ``authenticate``
-    every caller is the local administrator."""
+class Exchange:
+    """One endpoint's handling of a request, without Spyne: parse with the safe parser, check
+    headers, authenticate, route, validate (``decompose``), run the handler (``run``) and
+    write the response envelope (``envelope``). Without ``authenticate`` every caller is the
+    local administrator. Spyne's protocol (``CddlmSoap``) calls these for every operation;
+    ``direct`` answers the operations marked ``direct`` through the same calls without
+    Spyne's WSGI plumbing (the hot reads), byte for byte as Spyne would."""
 
     def __init__(self, endpoint: Endpoint, validator: Validator | None, limits: Limits,
                  portal_url: Callable[[], str], authenticate: Authenticate | None = None):
-        super().__init__()
         self.endpoint = endpoint
         self.validator = validator
         self.limits = limits
         self.portal_url = portal_url
         self.authenticate = authenticate
+        self.direct_tags = frozenset(t for t, op in endpoint.operations.items() if op.direct)
 
-    def create_in_document(self, ctx, charset=None):
-        ctx.udc = _State()
-        data = b"".join(ctx.in_string) if not isinstance(ctx.in_string, bytes) else ctx.in_string
+    def parse(self, data: bytes) -> etree._Element:
         if len(data) > self.limits.max_body_bytes:
             raise to_fault(RequestTooLarge(len(data), self.limits.max_body_bytes))
         limits = self.limits
         try:
-            ctx.in_document = xmlsafe.parse(
+            return xmlsafe.parse(
                 data, max_depth=limits.max_xml_depth, max_nodes=limits.max_xml_nodes,
                 max_attributes=limits.max_xml_attributes, large_bytes=limits.large_body_bytes,
                 large_slots=limits.max_large_parses)
@@ -130,8 +139,9 @@ class CddlmSoap(Soap11):
         except Busy as e:
             raise to_fault(e) from None
 
-    def decompose_incoming_envelope(self, ctx, message=Soap11.REQUEST):
-        root = ctx.in_document
+    def decompose(self, state: _State, root: etree._Element, env: dict) -> etree._Element:
+        """Check the envelope and fill ``state`` (addressing first, so a fault relates to the
+        request); returns the header element (or None). Raises ``SoapFault``."""
         if root.tag == "{%s}Envelope" % SOAP12_ENV:
             raise soap_fault("VersionMismatch", "this endpoint speaks SOAP 1.1 (%s)" % ENV)
         if root.tag != "{%s}Envelope" % ENV:
@@ -139,7 +149,7 @@ class CddlmSoap(Soap11):
         header = root.find("{%s}Header" % ENV)
         body = root.find("{%s}Body" % ENV)
         headers = [h for h in header if isinstance(h.tag, str)] if header is not None else []
-        ctx.udc.addressing = addressing = wsa.Addressing.read(headers)
+        state.addressing = addressing = wsa.Addressing.read(headers)
         for h in headers:
             if h.get("{%s}mustUnderstand" % ENV) in ("1", "true") \
                     and h.get("{%s}actor" % ENV, ACTOR_NEXT) == ACTOR_NEXT \
@@ -147,20 +157,19 @@ class CddlmSoap(Soap11):
                     and h.tag not in self.endpoint.understood_headers:
                 raise soap_fault("MustUnderstand", "header %s is marked mustUnderstand and is not "
                                                    "understood by this endpoint" % h.tag)
-        env = ctx.transport.req_env
         principal = LOCAL_ADMIN.at(env.get("REMOTE_ADDR") or "")
         if self.authenticate is not None:
             try:
                 principal = self.authenticate(env, headers)
             except Exception as e:   # AuthenticationFailed, or the store failing
-                raise _answering(ctx, to_fault(e)) from None
+                raise to_fault(e) from None
         elsewhere = addressing.elsewhere()
         if elsewhere is not None:   # replies go back on the HTTP connection, never elsewhere
-            header, address = elsewhere
+            where, address = elsewhere
             raise to_fault(AddressingError(
                 "OnlyAnonymousAddressSupported", "%s %s: this portal replies only on the "
                 "request's own connection (the anonymous address)"
-                % (etree.QName(header).localname, address or "(no address)"), header))
+                % (etree.QName(where).localname, address or "(no address)"), where))
         children = [c for c in body if isinstance(c.tag, str)] if body is not None else []
         if len(children) != 1:
             raise to_fault(BadArgument("the SOAP body must hold exactly one element, not %d"
@@ -176,28 +185,114 @@ class CddlmSoap(Soap11):
                 self.validator.check(body_el)
             except BadArgument as e:
                 raise to_fault(e) from None
-        ctx.udc.operation = operation
-        ctx.udc.request = Request(body_el, headers, addressing, env.get("PATH_INFO", ""),
-                                  self.portal_url(), principal)
+        state.operation = operation
+        state.request = Request(body_el, headers, addressing, env.get("PATH_INFO", ""),
+                                self.portal_url(), principal)
+        return header
+
+    @staticmethod
+    def run(state: _State) -> None:
+        try:
+            state.response = state.operation.handler(state.request)
+        except SoapFault:
+            raise
+        except Exception as e:  # every error becomes a fault in exactly one place
+            raise to_fault(e) from None
+
+    @staticmethod
+    def envelope(state: _State | None, error) -> etree._Element:
+        """The response envelope: the handler's response, or the fault ``error``, with the
+        WS-Addressing reply headers."""
+        env = etree.Element("{%s}Envelope" % ENV, nsmap=OUT_NSMAP)
+        header = etree.SubElement(env, "{%s}Header" % ENV)
+        body = etree.SubElement(env, "{%s}Body" % ENV)
+        if error is not None:
+            body.append(_fault_element(error))
+            action = getattr(error, "action", ns.WSA + "/soap/fault")
+        else:
+            body.append(state.response)
+            action = state.operation.action
+        addressing = state.addressing if state is not None else wsa.Addressing()
+        for h in addressing.reply_headers(action):
+            header.append(h)
+        return env
+
+    def direct(self, data: bytes, env: dict) -> tuple[str, list[tuple[str, str]], bytes] | None:
+        """(status, headers, body) for a request to a ``direct`` operation, or one that does
+        not parse (the same fault Spyne's path gives it, without parsing or waiting twice);
+        None for any other request (then Spyne answers it, reusing the parsed document:
+        ``DOCUMENT``)."""
+        if not self.direct_tags:
+            return None
+        state = _State()
+        error: SoapFault | None = None
+        try:
+            root = self.parse(data)
+        except SoapFault as e:
+            root, error = None, e
+        if root is not None:
+            body = root.find("{%s}Body" % ENV) if root.tag == "{%s}Envelope" % ENV else None
+            first = next((c for c in body if isinstance(c.tag, str)), None) \
+                if body is not None else None
+            if first is None or first.tag not in self.direct_tags:
+                env[DOCUMENT] = root
+                return None
+            try:
+                self.decompose(state, root, env)
+                self.run(state)
+            except SoapFault as e:
+                error = e
+        out = etree.tostring(self.envelope(state, error), encoding="UTF-8", xml_declaration=True)
+        headers = [("Content-Type", CONTENT_TYPE)]
+        if error is None:
+            return "200 OK", headers + [("Content-Length", str(len(out)))], out
+        headers.extend(error.headers.items())
+        return error.status, headers + [("Content-Length", str(len(out)))], out
+
+
+DOCUMENT = "cddlm.soap.document"        # environ key: a request already parsed by ``direct``
+CONTENT_TYPE = "text/xml; charset=utf-8"
+
+
+class CddlmSoap(Soap11):
+    """SOAP 1.1 as the portal speaks it, on Spyne: every step is the endpoint's ``Exchange``."""
+
+    def __init__(self, exchange: Exchange):
+        super().__init__()
+        self.exchange = exchange
+
+    def create_in_document(self, ctx, charset=None):
+        ctx.udc = _State()
+        parsed = ctx.transport.req_env.pop(DOCUMENT, None)
+        if parsed is not None:
+            ctx.in_document = parsed
+            return
+        data = b"".join(ctx.in_string) if not isinstance(ctx.in_string, bytes) else ctx.in_string
+        ctx.in_document = self.exchange.parse(data)
+
+    def decompose_incoming_envelope(self, ctx, message=Soap11.REQUEST):
+        try:
+            header = self.exchange.decompose(ctx.udc, ctx.in_document, ctx.transport.req_env)
+        except SoapFault as e:
+            raise _answering(ctx, e) from None
         ctx.in_header_doc = header
-        ctx.in_body_doc = body_el
+        ctx.in_body_doc = ctx.udc.request.body
         ctx.method_request_string = "{%s}dispatch" % ns.API_WSDL
 
     def deserialize(self, ctx, message):
         ctx.in_object = [None]     # handlers read ctx.udc.request, not Spyne objects
 
     def serialize(self, ctx, message):
-        _write_envelope(ctx)       # the portal writes every response envelope itself
+        # the portal writes every response envelope itself
+        state: _State | None = ctx.udc if isinstance(ctx.udc, _State) else None
+        ctx.out_document = Exchange.envelope(state, ctx.out_error)
 
 
 def _dispatch(ctx, _payload):
-    state: _State = ctx.udc
     try:
-        state.response = state.operation.handler(state.request)
-    except SoapFault:
-        raise
-    except Exception as e:  # every error becomes a fault in exactly one place
-        raise _answering(ctx, to_fault(e)) from None
+        Exchange.run(ctx.udc)
+    except SoapFault as e:
+        raise _answering(ctx, e) from None
     return None
 
 
@@ -207,24 +302,6 @@ def _answering(ctx, fault: SoapFault) -> SoapFault:
         ctx.transport.resp_code = fault.status
     ctx.transport.resp_headers.update(fault.headers)
     return fault
-
-
-def _write_envelope(ctx) -> None:
-    """after_serialize: replace Spyne's envelope with the portal's own."""
-    state: _State | None = ctx.udc if isinstance(ctx.udc, _State) else None
-    env = etree.Element("{%s}Envelope" % ENV, nsmap=OUT_NSMAP)
-    header = etree.SubElement(env, "{%s}Header" % ENV)
-    body = etree.SubElement(env, "{%s}Body" % ENV)
-    if ctx.out_error is not None:
-        body.append(_fault_element(ctx.out_error))
-        action = getattr(ctx.out_error, "action", ns.WSA + "/soap/fault")
-    else:
-        body.append(state.response)
-        action = state.operation.action
-    addressing = state.addressing if state is not None else wsa.Addressing()
-    for h in addressing.reply_headers(action):
-        header.append(h)
-    ctx.out_document = env
 
 
 def _fault_element(fault) -> etree._Element:
@@ -268,11 +345,8 @@ def _server(message: str):
     return ServerError(message)
 
 
-def application(endpoint: Endpoint, validator: Validator | None, limits: Limits,
-                portal_url: Callable[[], str], authenticate: Authenticate | None = None) -> Application:
-    service = type("%sService" % endpoint.name.title(), (ServiceBase,), {
+def application(exchange: Exchange) -> Application:
+    service = type("%sService" % exchange.endpoint.name.title(), (ServiceBase,), {
         "dispatch": rpc(AnyXml, _body_style="bare", _returns=AnyXml)(_dispatch)})
-    in_protocol = CddlmSoap(endpoint, validator, limits, portal_url, authenticate)
-    out_protocol = CddlmSoap(endpoint, validator, limits, portal_url, authenticate)
-    return Application([service], tns=ns.API_WSDL, name=endpoint.name, in_protocol=in_protocol,
-                       out_protocol=out_protocol)
+    return Application([service], tns=ns.API_WSDL, name=exchange.endpoint.name,
+                       in_protocol=CddlmSoap(exchange), out_protocol=CddlmSoap(exchange))

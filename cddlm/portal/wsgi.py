@@ -8,6 +8,9 @@ WSDL/XSD folder, with the request-size limit enforced before a body is read.
     everything else                the read-only dashboard and its JSON API (``cddlm/web``),
                                    when the composition root passes one in
 
+The hot reads of each SOAP endpoint are answered by its ``soap.Exchange`` directly, the rest
+through Spyne (``portal/soap.py``).
+
 A web page its operator visits must not be able to drive a portal (on loopback by default):
 ``refusal`` turns away, before anything else, requests whose ``Host`` is a name the portal
 does not answer to (DNS rebinding: a page's own name pointed at 127.0.0.1), requests from
@@ -81,10 +84,11 @@ def build(endpoints: dict[str, Endpoint], limits: Limits, portal_url: Callable[[
     ``authenticate`` (none: local mode); the WSDL and its schemas are public. ``names`` are
     the Host names it answers to (``own_names``)."""
     validator = soap.Validator(XSD_DIR, SCHEMAS)
-    apps = {mount: WsgiApplication(soap.application(ep, validator, limits, portal_url, authenticate),
-                                   max_content_length=limits.max_body_bytes + 1)
-            for mount, ep in endpoints.items()}
-    return Router(apps, limits, portal_url, dashboard, names)
+    exchanges = {mount: soap.Exchange(ep, validator, limits, portal_url, authenticate)
+                 for mount, ep in endpoints.items()}
+    apps = {mount: WsgiApplication(soap.application(ex), max_content_length=limits.max_body_bytes + 1)
+            for mount, ex in exchanges.items()}
+    return Router(apps, limits, portal_url, dashboard, names, exchanges)
 
 
 SOAP_TYPES = ("text/xml", "application/soap+xml")   # SOAP 1.1, and 1.2 (refused as a version)
@@ -140,8 +144,10 @@ def refusal(environ: dict, names: frozenset[str], soap: bool) -> tuple[str, str]
 
 class Router:
     def __init__(self, apps: dict[str, WsgiApplication], limits: Limits, portal_url: Callable[[], str],
-                 dashboard: Callable | None = None, names: frozenset[str] = frozenset({"*"})):
+                 dashboard: Callable | None = None, names: frozenset[str] = frozenset({"*"}),
+                 exchanges: dict[str, soap.Exchange] | None = None):
         self.apps = apps          # mount point -> Spyne WSGI application
+        self.exchanges = exchanges or {}   # mount point -> its Exchange (the direct reads)
         self.limits = limits
         self.portal_url = portal_url
         self.dashboard = dashboard
@@ -191,10 +197,15 @@ class Router:
         if len(data) > limit:
             return self._fault(start_response, RequestTooLarge(None, limit))
         environ = dict(environ)
-        environ["wsgi.input"] = io.BytesIO(data)
-        environ["CONTENT_LENGTH"] = str(len(data))
         environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "").rstrip("/") + mount
         environ["PATH_INFO"] = environ.get("PATH_INFO", "")[len(mount):]
+        exchange = self.exchanges.get(mount)
+        answer = exchange.direct(data, environ) if exchange is not None else None
+        if answer is not None:    # a hot read, answered without Spyne's plumbing
+            start_response(answer[0], answer[1])
+            return [answer[2]]
+        environ["wsgi.input"] = io.BytesIO(data)
+        environ["CONTENT_LENGTH"] = str(len(data))
         return self.apps[mount](environ, start_response)
 
     def _fault(self, start_response, exc):

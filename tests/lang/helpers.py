@@ -12,7 +12,7 @@ from cddlm import ns
 from cddlm.config import Limits
 from cddlm.errors import ResolutionError
 from cddlm.lang import cdl, hot, library
-from cddlm.lang.registry import ResolveRequest
+from cddlm.lang.model import ResolveRequest
 
 CDL_HEAD = ('<cdl:cdl xmlns:cdl="%s" xmlns:cmp="%s" xmlns:x="urn:x">' % (ns.CDL, ns.CMP))
 LIBRARY_IMPORT = '<cdl:import location="urn:cddlm:library:components.cdl"/>'

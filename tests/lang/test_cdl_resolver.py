@@ -399,7 +399,7 @@ def test_an_inline_body_keeps_prefixes_declared_on_the_envelope():
         "</cdl:cdl></api:body></s:Body></s:Envelope>")
     body = envelope.find(".//{http://www.gridforum.org/namespaces/2005/02/cddlm/CDL-1.0}cdl")
     from cddlm.lang import cdl
-    from cddlm.lang.registry import ResolveRequest
+    from cddlm.lang.model import ResolveRequest
     result = cdl.LANGUAGE.resolve(ResolveRequest(source=body))
     assert child(system_of(result), "x/v").text == "1"
     assert len(envelope.find(".//{urn:d}p")) == 1   # the caller's tree is left alone

@@ -72,7 +72,7 @@ def test_parameter_types(kind, raw, expected):
           properties: {path: out, content: {str_replace: {template: "$v", params: {$v: "x"}}}}
         """, "p: {type: %s}\n" % kind)
     from cddlm.lang import hot
-    from cddlm.lang.registry import ResolveRequest
+    from cddlm.lang.model import ResolveRequest
     t = hot.Template(ResolveRequest(source=text, properties={"p": raw}))
     assert t.evaluate({"get_param": "p"}, "x") == expected
 

@@ -13,7 +13,7 @@ from lxml import etree
 from cddlm import ns
 from cddlm.errors import CddlmError
 from cddlm.lang import cdl, hot, library
-from cddlm.lang.registry import ResolveRequest
+from cddlm.lang.model import ResolveRequest
 from tests.lang.helpers import cdl_doc, memory_loader
 
 TEMPLATE = """

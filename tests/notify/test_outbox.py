@@ -280,6 +280,36 @@ def test_ending_expiring_and_pruning(store, fan_out):
     assert left == [(keep, 2)]                                   # the newest of a live producer
 
 
+def test_pruning_in_steps_looks_only_at_its_window(store, fan_out):
+    """A sweep prunes a range of event ids at a time (delivery._prune_step): what lies
+    outside the window stays for a later step, and the steps together prune what one pass
+    would: every event but each live producer's newest."""
+    first, _ = new_app(store, now=1.0)
+    advance(store, first, "initialized", 2.0)
+    advance(store, first, "running", 2.0)
+    second, _ = new_app(store, now=1.0)
+    advance(store, second, "initialized", 2.0)
+    advance(store, second, "running", 2.0)
+    fan_out(store)
+    with store.write() as conn:
+        order = [tuple(r) for r in conn.execute(select(events.c.id, events.c.producer)
+                                                .order_by(events.c.id))]
+        assert [p for _, p in order] == [first] * 3 + [second] * 3
+        low, high = outbox.event_ids(conn)
+        assert (low, high) == (order[0][0], order[-1][0])
+        # the window of the first application's two older events: only they go
+        assert outbox.prune_events(conn, 5000.0, 3600.0, low - 1, order[1][0]) == 2
+        left = [i for i, in conn.execute(select(events.c.id).order_by(events.c.id))]
+        assert left == [i for i, _ in order[2:]]
+        # the rest of the sweep, one id a step
+        for upto in range(order[2][0], high + 1):
+            outbox.prune_events(conn, 5000.0, 3600.0, upto - 1, upto)
+        left = [tuple(r) for r in conn.execute(select(events.c.id, events.c.producer)
+                                               .order_by(events.c.id))]
+        assert left == [order[2], order[5]]          # each producer's newest
+        assert outbox.event_ids(conn) == (order[2][0], order[5][0])
+
+
 @pytest.fixture
 def pg_store():
     """PostgreSQL only: SQLite serialises every writer, the advisory lock is PostgreSQL's."""

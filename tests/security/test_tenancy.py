@@ -153,6 +153,21 @@ def test_listings_counts_dashboard_and_audit_show_each_their_own(net, victim):
     assert app.id not in [a.id for a in bob.applications()]
     assert mine.id in [a.id for a in bob.applications()]
     assert {app.id, mine.id} <= {a.id for a in carol.applications()}
+    # ext:listApplications: bob's own only, page after page (one each); carol's everyone's
+    pages, after = [], None
+    while True:
+        rows, after = bob.list_applications(1, after)
+        pages.append(rows)
+        if after is None:
+            break
+    assert [[r["id"] for r in page] for page in pages] == [[mine.id]], pages
+    assert pages[0][0]["owner"] == "bob" and pages[0][0]["name"] == "bobs-own"
+    everyone = {r["id"]: r["owner"] for r in carol.each_application(1)}
+    assert everyone[app.id] == "alice" and everyone[mine.id] == "bob"
+    # a marker from carol's listing is only a position: bob still sees nothing of alice's
+    _, carols_marker = carol.list_applications(1)
+    assert carols_marker is not None
+    assert app.id not in [r["id"] for r in bob.list_applications(10, carols_marker)[0]]
     counts = {c.get("state"): int(c.text) for c in bob.property("dynamicInfo")[0].iterfind(
         "{http://www.gridforum.org/cddlm/deployapi/2005/02}applicationCount")}
     assert counts["running"] == 0 and counts["instantiated"] == 1, counts

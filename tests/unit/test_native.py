@@ -3,7 +3,7 @@ import pytest
 from cddlm.errors import DescriptorError, ResolutionError
 from cddlm.lang import library, native
 from cddlm.lang.model import Deployment, Lazy
-from cddlm.lang.registry import ResolveRequest
+from cddlm.lang.model import ResolveRequest
 
 HEAD = '<application xmlns="urn:cddlm:lang:components:1">'
 
