@@ -241,6 +241,16 @@ def many_apps(portals: list[Portal], count: int, idle: float, clients: int = 4) 
     return dict(count=count, up=up, idle=idle_cpu, down=down)
 
 
+def kill_leftovers(root: str) -> None:
+    """KILL the component processes still running from ``root`` (found by their directory)."""
+    for entry in os.listdir("/proc"):
+        try:
+            if entry.isdigit() and os.readlink("/proc/%s/cwd" % entry).startswith(root + "/"):
+                os.kill(int(entry), signal.SIGKILL)
+        except OSError:
+            pass
+
+
 def pg_schema() -> tuple[str, callable]:
     import psycopg
     schema = "bench_scale_" + uuid.uuid4().hex[:8]
@@ -309,6 +319,7 @@ def main() -> int:
     finally:
         for p in portals:
             p.stop()
+        kill_leftovers(tmp)      # components outlive a stopped portal (a run that failed)
         drop()
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
