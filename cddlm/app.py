@@ -375,7 +375,11 @@ class Portal:
 
     def bind(self) -> httpserver.HttpServer:
         """Create the HTTP server, binding the port (``--port 0`` picks a free one)."""
-        httpserver.raise_file_limit()
+        limit = httpserver.raise_file_limit()
+        # every running component holds a pidfd, every client a socket
+        (log.info if limit >= 4096 else log.warning)(
+            "open-file limit %d: room for about %d running processes (raise the hard limit, "
+            "ulimit -Hn, for more)", limit, max(0, limit - 256))
         self.server = httpserver.HttpServer(self.wsgi, self.settings.host, self.settings.port,
                                             self.server_options(), name="cddlm-http")
         if not self.settings.public_url:

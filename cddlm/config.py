@@ -102,7 +102,7 @@ class Settings:
     engine_workers: int = 4
     lease_seconds: float = 30.0              # a claimed work item is another's after this
     heartbeat_seconds: float = 5.0           # a portal silent for 3 heartbeats is dead
-    liveness_interval: float = 2.0           # scheduled check of every running component
+    liveness_interval: float = 2.0           # scheduled check of what the exit watcher does not cover
     hosts_dir: str | None = None             # local hosts' directories (default STATE/hosts);
                                              # portals sharing a store must share this too
     # hosts whose agent is another portal (application/enactment/remote.py, docs/multihost.md)

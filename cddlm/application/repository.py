@@ -395,6 +395,25 @@ def get_component(conn: Connection, app_id: str, path: str) -> Component | None:
     return Component.from_row(row) if row else None
 
 
+_COMPONENTS_AT = select(components).where(components.c.app_id == bindparam("app_id"),
+                                         components.c.path.in_(bindparam("paths", expanding=True)))
+_STATES = select(components.c.path, components.c.type, components.c.parent, components.c.position,
+                 components.c.observed, components.c.optional, components.c.oneshot) \
+    .where(components.c.app_id == bindparam("app_id")).order_by(components.c.path)
+
+
+def get_components_at(conn: Connection, app_id: str, paths: list[str]) -> list[Component]:
+    """The components of an application at these paths (one query, rows decoded)."""
+    return [Component.from_row(r) for r in conn.execute(_COMPONENTS_AT, {"app_id": app_id,
+                                                                         "paths": list(paths)})]
+
+
+def component_states(conn: Connection, app_id: str) -> list[tuple]:
+    """(path, type, parent, position, observed, optional, oneshot) of every component: what
+    the planner needs, without decoding any JSON (it runs after every batch of work)."""
+    return [tuple(r) for r in conn.execute(_STATES, {"app_id": app_id})]
+
+
 def insert_components(conn: Connection, rows: list[dict]) -> None:
     if rows:
         conn.execute(insert(components), rows)
@@ -404,6 +423,18 @@ def update_component(conn: Connection, app_id: str, path: str, **values: Any) ->
     if "runtime" in values and not isinstance(values["runtime"], (str, type(None))):
         values["runtime"] = json.dumps(values["runtime"], sort_keys=True)
     return conn.execute(_UPDATE_COMPONENT, dict(values, _app_id=app_id, _path=path)).rowcount
+
+
+_SET_OBSERVED = update(components).where(components.c.app_id == bindparam("_app_id"),
+                                         components.c.path == bindparam("_path")) \
+    .values(observed=bindparam("_observed"), updated=bindparam("_updated"))
+
+
+def set_observed(conn: Connection, app_id: str, changes: list[tuple[str, str]], now: float) -> None:
+    """Set the observed state of many components in one statement (executemany)."""
+    if changes:
+        conn.execute(_SET_OBSERVED, [{"_app_id": app_id, "_path": p, "_observed": o, "_updated": now}
+                                     for p, o in changes])
 
 
 # -- WS-Security nonces ---------------------------------------------------------------------------

@@ -212,15 +212,14 @@ def test_progress_says_what_it_waits_for_and_ticks_on_a_terminal(shared_portal, 
     Portal(url).lookup("late-tty").terminate()
 
 
-@pytest.mark.xfail(reason="the engine's side of issue 13's row: a readiness wait is interrupted "
-                          "by terminate once issue 11's engine change lands", strict=False)
 def test_terminate_and_destroy_force_do_not_wait_for_a_readiness_wait(shared_portal, tmp_path):
     url = shared_portal.url
     slow = descriptor(tmp_path / "waits.xml", process("web", ["sleep", "300"],
                                                       {"log": "never printed", "timeout": "60"}))
     for name, command in (("waits", ["terminate", "waits"]),
                           ("waits-2", ["destroy", "waits-2", "--force"])):
-        assert cddlm("deploy", str(slow), "--timeout", "1", portal=url, check=False).returncode == 4
+        assert cddlm("deploy", str(slow), "--name", name, "--timeout", "1", portal=url,
+                     check=False).returncode == 4
         started = time.monotonic()
         r = cddlm(*command, "--timeout", "12", portal=url, check=False)
         assert r.returncode == 0 and time.monotonic() - started < 10, r.stderr

@@ -9,6 +9,18 @@ generation is dropped (superseded), except stops, which always run.
 
 Results are written in one transaction with the reconcile step they trigger, so the
 component state, the next work items, the lifecycle transition and its event commit together.
+
+Work is done in batches: a worker claims an item with up to ``BATCH - 1`` more of the same
+application, action and generation, reads the application's components once, marks them
+(starting, stopping) in one transaction, spawns or signals them one after the other, waits
+for readiness and exits together, and records what happened in a few transactions with one
+reconcile each. One application of N components costs O(N) reads and plans, not O(N^2).
+A SIGKILL at any point leaves what a single item leaves: leases expire, ``starting`` adopts
+by pid file, ``stopping`` is no failure.
+
+Liveness: exits are seen at once through pidfds (``watch``) and recorded together; the
+scheduled pass reads one narrow list of the running components and checks only what the
+watcher does not cover (files, probes, processes it could not watch, hosts marked down).
 """
 
 from __future__ import annotations
@@ -20,11 +32,11 @@ import time
 import uuid
 from typing import Callable
 
-from sqlalchemy import select
+from sqlalchemy import or_, select
 
 from cddlm.application import lifecycle
 from cddlm.application import repository as repo
-from cddlm.application.enactment import queue, states
+from cddlm.application.enactment import logs, queue, states
 from cddlm.application.enactment.local import Later, LocalRunner, Lost, Outcome, Target
 from cddlm.application.enactment.reconcile import reconcile
 from cddlm.application.enactment.values import HostValues
@@ -41,6 +53,12 @@ log = logging.getLogger(__name__)
 
 WAIT_FOR_VALUE_STEP = 0.25      # seconds between tries of a lazy reference not yet resolvable
 WAIT_FOR_VALUE_ATTEMPTS = 120   # about 30 s, then the component fails naming the reference
+BATCH = 500                     # work items of one application enacted together (or more:
+                                # a worker's share of those waiting, see queue.claim_batch)
+REPORT_EVERY = 0.25             # seconds between records of one batch's outcomes (at least)
+IDLE_WAIT = 1.0                 # seconds an idle worker sleeps between looks at the queue
+FULL_SWEEP = 15                 # liveness passes between reads of every running process
+INTENT_CHECK = 0.5              # seconds between looks for a newer intent while waiting
 
 
 class Superseded(Exception):
@@ -70,9 +88,12 @@ class Engine:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._trees: dict[tuple[str, int], Deployment] = {}
+        self._trees: dict[tuple[str, int], tuple[Deployment, dict]] = {}
         self._trees_lock = threading.Lock()
+        self._build_lock = threading.Lock()
         self.watcher: ExitWatcher | None = None
+        self._passes = 0
+        self._swept = 0.0       # when the liveness pass last read every running process
         self.on_events: list[Callable[[], None]] = []   # woken after lifecycle events commit
         # owner -> the OS account its components run as (tenancy.Accounts; set by app.py)
         self.accounts: Callable[[str | None], str | None] = lambda owner: settings.security.run_as
@@ -117,16 +138,33 @@ class Engine:
 
     # -- helpers ------------------------------------------------------------------------------
     def tree(self, app: repo.App) -> Deployment:
+        return self._tree(app)[0]
+
+    def _tree(self, app: repo.App) -> tuple[Deployment, dict]:
+        """The application's component tree and its index by path (cached per generation)."""
         key = (app.id, app.generation)
         with self._trees_lock:
-            tree = self._trees.get(key)
-        if tree is None:
-            tree = Deployment.from_json(app.deployment or {})
-            with self._trees_lock:
-                if len(self._trees) > 512:
-                    self._trees.clear()
-                self._trees[key] = tree
-        return tree
+            found = self._trees.get(key)
+        if found is None:
+            with self._build_lock:       # one thread builds it, the others wait for it
+                with self._trees_lock:
+                    found = self._trees.get(key)
+                if found is None:
+                    tree = Deployment.from_json(app.deployment or {})
+                    found = (tree, dict(tree.walk()))
+                    with self._trees_lock:
+                        if len(self._trees) > 512:
+                            self._trees.clear()
+                        self._trees[key] = found
+        return found
+
+    def node(self, app: repo.App, path: str):
+        return self._tree(app)[1].get(path)
+
+    def _watchable(self, host: str | None) -> bool:
+        """Whether the processes of ``host`` run on this machine (their pids are ours to
+        watch through pidfds)."""
+        return isinstance(self.runners.get(host or ""), LocalRunner) and self.watcher is not None
 
     @staticmethod
     def host_down(conn, host: str | None) -> str | None:
@@ -136,7 +174,7 @@ class Engine:
     def runner_for(self, app: repo.App, comp: repo.Component):
         """Who enacts ``comp``: its host's runner, or for a ``delegate`` the portal it names."""
         if comp.type == "delegate":
-            node = self.tree(app).find(comp.path)
+            node = self.node(app, comp.path)
             url = node.attributes.get("portal") if node is not None else None
             return self._delegate_runner(url)
         return self.runners.get(comp.host or "")
@@ -159,16 +197,17 @@ class Engine:
                 self.delegates[url] = self.delegate(url)
             return self.delegates[url]
 
-    def values(self, app: repo.App, comps: list[repo.Component], comp: repo.Component) -> HostValues:
+    def values(self, app: repo.App, rows: dict[str, repo.Component], comp: repo.Component) -> HostValues:
         runner = self.runners.get(comp.host or "")
         workdir = (lambda p: runner.component_dir(app.id, p)) if runner else (lambda p: "")
-        return HostValues(app, self.tree(app), {c.path: c for c in comps}, comp.host or "",
-                          comp.path, workdir)
+        return HostValues(app, self.tree(app), rows, comp.host or "", comp.path, workdir)
 
-    def _target(self, app: repo.App, comps: list[repo.Component], comp: repo.Component,
+    def _target(self, app: repo.App, rows: dict[str, repo.Component], comp: repo.Component,
                 lenient: bool = False) -> Target:
-        node = self.tree(app).find(comp.path)
-        hv = self.values(app, comps, comp)
+        """What a runner needs of one component; ``rows``: the application's components by
+        path (read once per batch)."""
+        node = self.node(app, comp.path)
+        hv = self.values(app, rows, comp)
         attrs = hv.attributes(node, lenient) if node is not None else {}
         return Target(app.id, comp.path, comp.type, attrs, comp.host or "", values=hv.property,
                       user=self.accounts(app.owner))
@@ -180,40 +219,47 @@ class Engine:
                 now = self.clock()
                 with self.store.single() as conn:
                     due = queue.any_due(conn, now)
+                    nap = IDLE_WAIT if due else min(IDLE_WAIT, max(
+                        0.01, (queue.next_due(conn) or now + IDLE_WAIT) - now))
                 items = []
                 if due:
                     with self.store.write() as conn:
-                        items = queue.claim(conn, self.id, now, self.settings.lease_seconds, 1,
-                                            not self.store.is_sqlite)
+                        items = queue.claim_batch(conn, self.id, now, self.settings.lease_seconds,
+                                                  BATCH, not self.store.is_sqlite,
+                                                  share=self.settings.engine_workers)
             except StoreUnavailable as e:
                 log.warning("cannot claim work: %s", e)
                 self._stop.wait(1.0)
                 continue
             if not items:
-                self._wake.wait(0.25)
+                # new work wakes the workers; items due later and leases that expire are
+                # looked for when due, and at least every IDLE_WAIT seconds
+                self._wake.wait(nap)
                 self._wake.clear()
                 continue
-            for item in items:
-                try:
-                    self._perform(item)
-                except Superseded:
-                    self._drop(item)
-                except Later as e:
-                    self._later(item, e.delay)
-                except Lost:
-                    log.info("lost the lease of %s %s/%s", item.action, item.app_id, item.path)
-                except StoreUnavailable as e:
-                    log.warning("store unavailable while doing %s: %s", item.action, e)
-                except Exception:
-                    log.exception("work item %s failed unexpectedly", item)
-                    self._give_up(item)
+            batch = _Batch(items)
+            try:
+                self._perform(batch)
+            except Superseded:
+                self._drop(batch)
+            except Lost:
+                log.info("lost the lease of %d %s item(s) of %s", len(batch.held), batch.action,
+                         batch.app_id)
+            except StoreUnavailable as e:
+                log.warning("store unavailable while doing %s: %s", batch.action, e)
+            except Exception:
+                log.exception("work items %s failed unexpectedly", items[:3])
+                for item in items:
+                    if item.id in batch.held:
+                        self._give_up(item)
 
-    def _drop(self, item: queue.Item) -> None:
-        """Forget a superseded item and let the newer intent plan the next work."""
+    def _drop(self, batch: "_Batch") -> None:
+        """Forget superseded items and let the newer intent plan the next work."""
         with self.store.write() as conn:
-            repo.lock_app(conn, item.app_id)
-            queue.finish(conn, item.id)
-            _, added = reconcile(conn, item.app_id, self.clock())
+            repo.lock_app(conn, batch.app_id)
+            queue.finish_many(conn, sorted(batch.held))
+            _, added = reconcile(conn, batch.app_id, self.clock())
+        batch.held.clear()
         self._after(added)
 
     def _later(self, item: queue.Item, delay: float) -> None:
@@ -243,104 +289,184 @@ class Engine:
         except StoreUnavailable:
             pass
 
-    def _keep_lease(self, item: queue.Item) -> Callable[[], None]:
-        state = {"next": time.monotonic() + self.settings.lease_seconds / 3}
+    def _keep_lease(self, batch: "_Batch", reporter: "_Reporter") -> Callable[[], None]:
+        """Called while a batch waits: records the outcomes in hand when it is time, renews the
+        leases, and raises ``Superseded`` soon after a newer intent (a terminate during a
+        readiness wait stops the wait within a second)."""
+        now = time.monotonic()
+        state = {"lease": now + self.settings.lease_seconds / 3, "intent": now + INTENT_CHECK}
 
         def keep() -> None:
             if self._stop.is_set():
                 raise Lost("engine stopping")
-            if time.monotonic() < state["next"]:
-                return
-            with self.store.write() as conn:
-                if not queue.extend(conn, item.id, self.id, self.clock() + self.settings.lease_seconds):
-                    raise Lost("lease lost")
-            state["next"] = time.monotonic() + self.settings.lease_seconds / 3
+            reporter.add([])
+            now = time.monotonic()
+            if batch.action != "stop" and now >= state["intent"]:
+                with self.store.single() as conn:
+                    app = repo.get_app(conn, batch.app_id)
+                if app is None or app.generation > batch.generation:
+                    raise Superseded()
+                state["intent"] = now + INTENT_CHECK
+            if now >= state["lease"]:
+                with self.store.write() as conn:
+                    if not queue.extend_many(conn, sorted(batch.held), self.id,
+                                             self.clock() + self.settings.lease_seconds):
+                        raise Lost("lease lost")
+                state["lease"] = now + self.settings.lease_seconds / 3
         return keep
 
-    def _perform(self, item: queue.Item) -> None:
+    def _perform(self, batch: "_Batch") -> None:
         with self.store.read() as conn:
-            app = repo.get_app(conn, item.app_id)
-            comps = repo.get_components(conn, item.app_id) if app else []
-            down = None
-            comp = next((c for c in comps if c.path == item.path), None)
-            if comp is not None:
-                down = self.host_down(conn, comp.host)
-        if app is None or comp is None:
+            app = repo.get_app(conn, batch.app_id)
+            # the batch's own components; others only if a reference asks for one
+            comps = repo.get_components_at(conn, batch.app_id, [i.path for i in batch.items]) \
+                if app else []
+            down = repo.down_hosts(conn) if comps else {}
+        rows = _Rows(self.store, batch.app_id, comps)
+        gone = [i.id for i in batch.items if i.path not in rows]
+        if gone:
             with self.store.write() as conn:
-                queue.finish(conn, item.id)
+                queue.finish_many(conn, gone)
+            batch.held.difference_update(gone)
+        items = [i for i in batch.items if i.path in rows]
+        if app is None or not items:
             return
-        if item.generation < app.generation and item.action != "stop":
-            self._drop(item)
-            return
-        runner = self.runner_for(app, comp)
-        keep = self._keep_lease(item)
-        if runner is None or (down and item.action != "stop"):
-            # a host marked down still has its local processes: a stop stops them
-            outcome = Outcome("stopped") if item.action == "stop" else Outcome(
-                "failed", down or "host %s has no local agent" % comp.host)
-        else:
+        if batch.generation < app.generation and batch.action != "stop":
+            raise Superseded()
+        action = batch.action
+        now_known: list[tuple[queue.Item, Outcome]] = []
+        later: list[queue.Item] = []
+        jobs: dict[int, tuple[object, list[tuple[queue.Item, Target, repo.Component]]]] = {}
+        for item in items:
+            comp = rows[item.path]
+            problem = _down_message(comp.host, down[comp.host]) if comp.host in down else None
+            runner = self.runner_for(app, comp)
+            if runner is None or (problem and action != "stop"):
+                # a host marked down still has its local processes: a stop stops them
+                now_known.append((item, Outcome("stopped") if action == "stop" else Outcome(
+                    "failed", problem or "host %s has no local agent" % comp.host)))
+                continue
             try:
-                # processes resolve their peers' runtime values when they start, not at deploy
-                lenient = item.action == "stop" or (item.action == "deploy" and comp.type != "file")
+                # processes resolve their peers' runtime values when they start, not at deploy;
                 # another portal's component: that portal resolves its attributes
+                lenient = action == "stop" or (action == "deploy" and comp.type != "file")
                 target = Target(app.id, comp.path, comp.type, {}, comp.host or "") \
-                    if getattr(runner, "remote", False) else self._target(app, comps, comp, lenient)
+                    if getattr(runner, "remote", False) else self._target(app, rows, comp, lenient)
             except CddlmError as e:
-                if getattr(e, "kind", "") == "unresolved-reference" and item.action != "stop" \
+                if getattr(e, "kind", "") == "unresolved-reference" and action != "stop" \
                         and item.attempts < WAIT_FOR_VALUE_ATTEMPTS:
                     # a lazy reference to a runtime value another component has not produced
                     # yet (its pid, its port): ask again shortly instead of failing
-                    with self.store.write() as conn:
-                        queue.retry_later(conn, item.id, self.id, self.clock() + WAIT_FOR_VALUE_STEP)
-                    return
-                target, outcome = None, Outcome("stopped" if item.action == "stop" else "failed",
-                                                "cannot resolve attributes: %s" % e)
-            if target is not None:
-                outcome = self._act(item, app, comp, target, runner, keep)
-        self._record(item, comp, outcome)
+                    later.append(item)
+                    continue
+                now_known.append((item, Outcome("stopped" if action == "stop" else "failed",
+                                                "cannot resolve attributes: %s" % e)))
+                continue
+            jobs.setdefault(id(runner), (runner, []))[1].append((item, target, comp))
+            batch.hosts[item.path] = comp.host
+        if later:
+            with self.store.write() as conn:
+                for item in later:
+                    queue.retry_later(conn, item.id, self.id, self.clock() + WAIT_FOR_VALUE_STEP)
+            batch.held.difference_update(i.id for i in later)
+        if now_known:
+            self._record(batch, now_known)
+        if jobs:
+            self._enact(batch, jobs)
 
-    def _act(self, item, app, comp, target, runner: LocalRunner, keep) -> Outcome:
-        if item.action == "deploy":
-            return runner.deploy(target)
-        if item.action == "start":
-            if comp.observed == states.DEPLOYED:
-                self._mark(item, comp, states.STARTING)
-            return runner.start(target, comp.pid, comp.pid_start, keep)
-        if item.action == "stop":
-            if comp.observed != states.STOPPING:
-                self._mark(item, comp, states.STOPPING)  # before the signal: its exit is no failure
-            return runner.stop(target, comp.pid, comp.pid_start, keep)
-        return Outcome("failed", "unknown action %s" % item.action)
+    def _enact(self, batch: "_Batch", jobs: dict[int, tuple]) -> None:
+        """Do one action on the components of a batch, host by host, recording outcomes as
+        they come (a few transactions, whatever the batch's size)."""
+        action = batch.action
+        if action in ("start", "stop"):
+            # the intent first, so a crash or a concurrent liveness check reads it right
+            # (starting: adopt, do not start twice; stopping: its exit is no failure)
+            mark = states.STARTING if action == "start" else states.STOPPING
+            self._mark(batch, [c for _, group in jobs.values() for _, _, c in group
+                               if (c.observed == states.DEPLOYED if action == "start"
+                                   else c.observed != states.STOPPING)], mark)
+        reporter = _Reporter(lambda pairs: self._record(batch, pairs))
+        keep = self._keep_lease(batch, reporter)
+        try:
+            self._enact_on_hosts(batch, jobs, keep, reporter.add)
+        finally:
+            reporter.flush()    # what is known is recorded, even when a newer intent came
 
-    def _mark(self, item: queue.Item, comp: repo.Component, observed: str) -> None:
-        """Record an action's intent before doing it, so a crash or a concurrent liveness
-        check reads it right (starting: adopt, do not start twice; stopping: not a failure)."""
-        with self.store.write() as conn:
-            app = repo.lock_app(conn, item.app_id)
-            if not queue.extend(conn, item.id, self.id, self.clock() + self.settings.lease_seconds):
-                raise Lost("lease lost")
-            if app is None or (item.action != "stop" and app.generation > item.generation):
-                raise Superseded()   # a newer intent: this item's next step is not taken
-            repo.update_component(conn, item.app_id, comp.path, observed=observed,
-                                  updated=self.clock())
-        comp.observed = observed
+    def _enact_on_hosts(self, batch: "_Batch", jobs: dict[int, tuple], keep, report) -> None:
+        """``jobs``: per runner (a local host's, a host portal's, a delegate's portal's), the
+        items it enacts."""
+        action = batch.action
+        for runner, group in jobs.values():
+            if action == "deploy":
+                for item, target, _ in group:
+                    self._one(batch, item, report, lambda: runner.deploy(target))
+                    keep()
+            elif action in ("start", "stop"):
+                jobs_of = [(item, target, comp.pid, comp.pid_start) for item, target, comp in group]
+                many = getattr(runner, action + "_many", None)
+                if many is not None:
+                    many(jobs_of, keep, report)
+                else:          # a runner that does one at a time (another portal's)
+                    for item, target, pid, pid_start in jobs_of:
+                        self._one(batch, item, report, lambda: getattr(runner, action)(
+                            target, pid, pid_start, keep))
+            else:
+                report([(item, Outcome("failed", "unknown action %s" % action)) for item, _, _ in group])
 
-    def _record(self, item: queue.Item, comp: repo.Component, outcome: Outcome) -> None:
+    def _one(self, batch: "_Batch", item: queue.Item, report, act: Callable[[], Outcome]) -> None:
+        """One item's action. A runner that cannot finish it yet (``Later``: a remote host
+        busy or silent) has that item asked again later, holding no worker meanwhile."""
+        try:
+            outcome = act()
+        except Later as e:
+            self._later(item, e.delay)
+            batch.held.discard(item.id)
+            return
+        report([(item, outcome)])
+
+    def _mark(self, batch: "_Batch", comps: list[repo.Component], observed: str) -> None:
+        """Record a batch's intent (starting, stopping) before doing it, in one transaction."""
+        if not comps:
+            return
         now = self.clock()
         with self.store.write() as conn:
-            app = repo.lock_app(conn, item.app_id)
-            if not queue.extend(conn, item.id, self.id, now + self.settings.lease_seconds):
+            app = repo.lock_app(conn, batch.app_id)
+            if not queue.extend_many(conn, sorted(batch.held), self.id,
+                                     now + self.settings.lease_seconds):
+                raise Lost("lease lost")
+            if app is None or (batch.action != "stop" and app.generation > batch.generation):
+                raise Superseded()   # a newer intent: this batch's next step is not taken
+            repo.set_observed(conn, batch.app_id, [(c.path, observed) for c in comps], now)
+        for comp in comps:
+            comp.observed = observed
+
+    def _record(self, batch: "_Batch", pairs: list[tuple[queue.Item, Outcome]]) -> None:
+        """Record the outcomes of some of a batch's items, and reconcile once."""
+        if not pairs:
+            return
+        now = self.clock()
+        ids = [item.id for item, _ in pairs]
+        with self.store.write() as conn:
+            app = repo.lock_app(conn, batch.app_id)
+            if not queue.extend_many(conn, ids, self.id, now + self.settings.lease_seconds):
                 raise Lost("lease lost before recording")
-            queue.finish(conn, item.id)
-            current = repo.get_component(conn, item.app_id, item.path)
-            if current is not None and app is not None:
-                self._apply(conn, app, current, outcome, now)
+            queue.finish_many(conn, ids)
+            if app is not None:
+                current = {c.path: c for c in repo.get_components_at(
+                    conn, batch.app_id, [item.path for item, _ in pairs])}
+                for item, outcome in pairs:
+                    if item.path in current:
+                        self._apply(conn, app, current[item.path], outcome, now)
             before = app.event_seq if app else 0
-            after_app, added = reconcile(conn, item.app_id, now)
+            after_app, added = reconcile(conn, batch.app_id, now)
             events = after_app is not None and after_app.event_seq != before
-        if outcome.pid and outcome.event == "running" and self.watcher:
-            if not self.watcher.watch(outcome.pid, (item.app_id, item.path)):
-                self.check_component(item.app_id, item.path)
+        batch.held.difference_update(ids)
+        unwatched = {item.path for item, outcome in pairs
+                     if outcome.pid and outcome.event == "running"
+                     and self._watchable(batch.hosts.get(item.path))
+                     and not self.watcher.watch(outcome.pid, (batch.app_id, item.path))}
+        if unwatched:
+            self._check(batch.app_id, unwatched)
         self._after(added, events)
 
     def _after(self, added: bool, events: bool = False) -> None:
@@ -359,7 +485,7 @@ class Engine:
         if event == "failed" and comp.type == "process" and app.desired == lifecycle.RUNNING \
                 and app.state in (lifecycle.INITIALIZED, lifecycle.RUNNING) and comp.observed in (
                     states.RUNNING, states.STARTING):
-            node = self.tree(app).find(comp.path)
+            node = self.node(app, comp.path)
             attrs = node.attributes if node else {}
             if attrs.get("restart") == "on-failure" and comp.restarts < int(attrs.get("restart_limit") or 0):
                 event, restart = "restart", True
@@ -390,83 +516,15 @@ class Engine:
         return True
 
     # -- liveness -----------------------------------------------------------------------------
-    def _on_exit(self, key: object) -> None:
-        app_id, path = key  # type: ignore[misc]
-        self.check_component(app_id, path)
-
-    def check_component(self, app_id: str, path: str) -> dict | None:
-        """Check one component now; record a failure. Returns its health entry."""
-        found = self._check(app_id, {path})
-        return found[0] if found else None
-
-    def check_app(self, app_id: str) -> list[dict]:
-        return self._check(app_id)
-
-    def _check(self, app_id: str, paths: set[str] | None = None) -> list[dict]:
-        """Check an application's running components (those in ``paths``, or all), reading
-        its components and the down hosts once, and record every failure in one transaction.
-        Returns a health entry per component checked."""
-        with self.store.read() as conn:
-            app = repo.get_app(conn, app_id)
-            comps = repo.get_components(conn, app_id) if app else []
-            down = repo.down_hosts(conn) if comps else {}
-        chosen = [c for c in comps if paths is None or c.path in paths]
-        outcomes: dict[str, Outcome] = {}
-        for comp in chosen:
-            if comp.observed != states.RUNNING or comp.type in states.CONTAINERS:
-                continue
-            runner = self.runner_for(app, comp)
-            if comp.host in down:
-                where = getattr(runner, "where", None)   # a remote host: name its sub-application
-                outcomes[comp.path] = Outcome("failed", "%s%s" % (
-                    _down_message(comp.host, down[comp.host]),
-                    " (%s)" % where(app_id, comp.path) if where else ""))
-            elif runner is not None:
-                try:
-                    # another portal's component: its portal holds its values, the runner
-                    # asks it by path (no attributes to resolve here)
-                    target = Target(app.id, comp.path, comp.type, {}, comp.host or "") \
-                        if getattr(runner, "remote", False) else self._target(app, comps, comp)
-                except CddlmError as e:
-                    outcomes[comp.path] = Outcome("failed", str(e))
-                else:
-                    outcome = runner.check(target, comp.pid, comp.pid_start)
-                    if outcome is not None:
-                        outcomes[comp.path] = outcome
-        recorded: set[str] = set()
-        if outcomes:
-            now = self.clock()
-            with self.store.write() as conn:
-                current_app = repo.lock_app(conn, app_id)
-                before = current_app.event_seq if current_app else 0
-                stops = []
-                for comp in chosen:
-                    if comp.path not in outcomes or current_app is None:
-                        continue
-                    current = repo.get_component(conn, app_id, comp.path)
-                    if current is None or current.observed != comp.observed or current.pid != comp.pid:
-                        continue   # changed meanwhile: this report is stale
-                    self._apply(conn, current_app, current, outcomes[comp.path], now)
-                    recorded.add(comp.path)
-                    if comp.host in down and comp.pid and comp.host in self.runners:
-                        stops.append((comp.path, "stop"))   # failed with its host: stop it too
-                after, added = reconcile(conn, app_id, now) if recorded else (current_app, False)
-                if stops and current_app is not None:
-                    added = queue.add(conn, app_id, stops, current_app.generation, now) > 0 or added
-            self._after(added, after is not None and after.event_seq != before)
-        return [_health(c, outcomes.get(c.path) if c.path in recorded else None) for c in chosen]
-
-    def check_all(self, host: str | None = None) -> None:
-        """The scheduled liveness pass over every running component (of one host if given)."""
-        query = select(components.c.app_id, components.c.path).where(
-            components.c.observed == states.RUNNING, components.c.type.not_in(list(states.CONTAINERS)))
-        if host is not None:
-            query = query.where(components.c.host == host)
-        with self.store.read() as conn:
-            rows = conn.execute(query).all()
+    def _on_exit(self, keys: list) -> None:
+        """Watched processes ended (a burst comes as one list): check them, an application at
+        a time, each in one transaction."""
         by_app: dict[str, set[str]] = {}
-        for app_id, path in rows:
+        for app_id, path in keys:
             by_app.setdefault(app_id, set()).add(path)
+        self._check_many(by_app)
+
+    def _check_many(self, by_app: dict[str, set[str]]) -> None:
         for app_id, paths in by_app.items():
             if self._stop.is_set():
                 return
@@ -478,16 +536,133 @@ class Engine:
             except Exception:
                 log.exception("liveness check of %s failed", app_id)
 
+    def check_component(self, app_id: str, path: str) -> dict | None:
+        """Check one component now; record a failure. Returns its health entry."""
+        found = self._check(app_id, {path})
+        return found[0] if found else None
+
+    def check_app(self, app_id: str) -> list[dict]:
+        return self._check(app_id)
+
+    def _check(self, app_id: str, paths: set[str] | None = None) -> list[dict]:
+        """Check an application's running components (those in ``paths``, or all), reading
+        only those (all of them only when a file or probe needs its attributes resolved), and
+        record every failure in one transaction. Returns a health entry per component checked."""
+        with self.store.read() as conn:
+            app = repo.get_app(conn, app_id)
+            if app is None:
+                return []
+            comps = repo.get_components(conn, app_id) if paths is None else \
+                repo.get_components_at(conn, app_id, sorted(paths))
+            down = repo.down_hosts(conn) if comps else {}
+        rows: dict[str, repo.Component] | None = {c.path: c for c in comps} if paths is None else None
+        outcomes: dict[str, Outcome] = {}
+        for comp in comps:
+            if comp.observed != states.RUNNING or comp.type in states.CONTAINERS:
+                continue
+            runner = self.runner_for(app, comp)
+            if comp.host in down:
+                where = getattr(runner, "where", None)   # a remote host: name its sub-application
+                outcomes[comp.path] = Outcome("failed", "%s%s" % (
+                    _down_message(comp.host, down[comp.host]),
+                    " (%s)" % where(app_id, comp.path) if where else ""))
+                continue
+            if runner is None:
+                continue
+            if comp.type == "process" or getattr(runner, "remote", False):
+                # the pid is all it takes; another portal's component is asked for by path
+                target = Target(app_id, comp.path, comp.type, {}, comp.host or "")
+            else:
+                if rows is None:
+                    with self.store.read() as conn:
+                        rows = {c.path: c for c in repo.get_components(conn, app_id)}
+                try:
+                    target = self._target(app, rows, comp)
+                except CddlmError as e:
+                    outcomes[comp.path] = Outcome("failed", str(e))
+                    continue
+            outcome = runner.check(target, comp.pid, comp.pid_start)
+            if outcome is not None:
+                outcomes[comp.path] = outcome
+            elif comp.type == "process" and comp.pid and self._watchable(comp.host):
+                self.watcher.watch(comp.pid, (app_id, comp.path))   # from now on, at once
+        recorded: set[str] = set()
+        if outcomes:
+            now = self.clock()
+            with self.store.write() as conn:
+                current_app = repo.lock_app(conn, app_id)
+                before = current_app.event_seq if current_app else 0
+                stops = []
+                current = {c.path: c for c in repo.get_components_at(conn, app_id, sorted(outcomes))} \
+                    if current_app is not None else {}
+                for comp in comps:
+                    if comp.path not in outcomes or comp.path not in current:
+                        continue
+                    now_row = current[comp.path]
+                    if now_row.observed != comp.observed or now_row.pid != comp.pid:
+                        continue   # changed meanwhile: this report is stale
+                    self._apply(conn, current_app, now_row, outcomes[comp.path], now)
+                    recorded.add(comp.path)
+                    if comp.host in down and comp.pid and comp.host in self.runners:
+                        stops.append((comp.path, "stop"))   # failed with its host: stop it too
+                after, added = reconcile(conn, app_id, now) if recorded else (current_app, False)
+                if stops and current_app is not None:
+                    added = queue.add(conn, app_id, stops, current_app.generation, now) > 0 or added
+            self._after(added, after is not None and after.event_seq != before)
+        return [_health(c, outcomes.get(c.path) if c.path in recorded else None) for c in comps]
+
+    def check_all(self, host: str | None = None) -> None:
+        """The scheduled liveness pass: one narrow read of the running components, and a
+        check of those the exit watcher does not cover (files, probes, processes it could
+        not watch, everything on a host marked down; of one host if given). The processes of
+        local hosts, which the watcher covers, are read only when new since the last full read
+        and every ``FULL_SWEEP`` passes (to watch those it does not: started by another portal
+        on the store, or past a descriptor limit), so an idle pass costs little however many
+        run."""
+        self._passes += 1
+        query = select(components.c.app_id, components.c.path, components.c.type,
+                       components.c.pid, components.c.host).where(
+            components.c.observed == states.RUNNING, components.c.type.not_in(list(states.CONTAINERS)))
+        if host is not None:
+            query = query.where(components.c.host == host)
+        with self.store.read() as conn:
+            down = repo.down_hosts(conn)
+            watched = [h for h in self.runners if self._watchable(h) and h not in down]
+            if host is None and watched and self._passes % FULL_SWEEP != 1:
+                # and those that came since the last full read (another portal's, perhaps)
+                query = query.where(or_(components.c.type != "process",
+                                        components.c.host.not_in(watched),
+                                        components.c.updated >= self._swept - 5.0))
+            elif host is None:
+                self._swept = self.clock()
+            rows = conn.execute(query).all()
+        watcher = self.watcher
+        by_app: dict[str, set[str]] = {}
+        for app_id, path, kind, pid, on in rows:
+            if kind == "process" and on not in down and (
+                    on not in self.runners or (self._watchable(on) and watcher.watching(pid))):
+                continue
+            by_app.setdefault(app_id, set()).add(path)
+        self._check_many(by_app)
+
     def _readopt(self) -> None:
-        """After a restart: watch the processes recorded as running, so deaths are prompt."""
+        """After a restart: watch the processes recorded as running, so deaths are prompt,
+        and keep their logs capped."""
         with self.store.read() as conn:
             rows = conn.execute(select(components.c.app_id, components.c.path, components.c.pid,
                                        components.c.host)
                                 .where(components.c.observed == states.RUNNING,
                                        components.c.pid.is_not(None))).all()
+        unwatched: dict[str, set[str]] = {}
         for app_id, path, pid, host in rows:
-            if host in self.runners and self.watcher and not self.watcher.watch(pid, (app_id, path)):
-                self.check_component(app_id, path)
+            runner = self.runners.get(host or "")
+            if not self._watchable(host):
+                continue
+            if self.watcher.watch(pid, (app_id, path)):
+                logs.CAPPER.watch(runner.component_dir(app_id, path), self.settings.limits.max_log_bytes)
+            else:
+                unwatched.setdefault(app_id, set()).add(path)
+        self._check_many(unwatched)
 
     def _heartbeat_loop(self) -> None:
         beat = self.settings.heartbeat_seconds
@@ -506,6 +681,63 @@ class Engine:
     def remove_app_files(self, app_id: str) -> None:
         for runner in list(self.runners.values()) + list(self.delegates.values()):
             runner.remove_app(app_id)
+
+
+class _Rows(dict):
+    """An application's components by path: those read with a batch, and any other read on
+    first use (``HostValues`` asks for the peers a reference names), so a batch reads what it
+    needs, not all the application's components."""
+
+    def __init__(self, store: Store, app_id: str, comps: list[repo.Component]):
+        super().__init__((c.path, c) for c in comps)
+        self._store, self._app_id = store, app_id
+
+    def get(self, path, default=None):
+        if not dict.__contains__(self, path):
+            with self._store.read() as conn:
+                self[path] = repo.get_component(conn, self._app_id, path)
+        found = dict.get(self, path)
+        return default if found is None else found
+
+
+class _Reporter:
+    """Outcomes of a batch on their way to the store: recorded together, at most every
+    ``REPORT_EVERY`` seconds and never more often than four times the last record took (a
+    record reconciles the whole application, so a large one is recorded in fewer, larger
+    transactions); ``flush`` records the rest."""
+
+    def __init__(self, record: Callable[[list], None]):
+        self._record = record
+        self._pending: list = []
+        self._last = float("-inf")      # the first outcomes are recorded at once
+        self._gap = REPORT_EVERY
+
+    def add(self, pairs: list) -> None:
+        self._pending.extend(pairs)
+        if self._pending and time.monotonic() - self._last >= self._gap:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        pairs, self._pending = self._pending, []
+        started = time.monotonic()
+        self._record(pairs)
+        self._last = time.monotonic()
+        self._gap = max(REPORT_EVERY, 4 * (self._last - started))
+
+
+class _Batch:
+    """Work items of one application, action and generation, claimed together; ``held``: the
+    ids still leased and not yet recorded."""
+
+    def __init__(self, items: list[queue.Item]):
+        self.items = items
+        self.app_id = items[0].app_id
+        self.action = items[0].action
+        self.generation = items[0].generation
+        self.held = {i.id for i in items}
+        self.hosts: dict[str, str | None] = {}     # path -> host, of the items enacted
 
 
 def _down_message(host: str | None, reason: str | None) -> str:

@@ -12,8 +12,13 @@ Processes start in their own session (``setsid``), so stopping the portal stops 
 They are launched through ``/bin/sh -c 'echo $$ > pidfile; exec "$@"'``: the pid file is
 written before the program runs, so a portal killed between the spawn and the database
 commit finds the process again (``adopt``) instead of starting a second one. A process is
-identified by (pid, start time); exit codes are known for this portal's own children and
-reported as unknown for processes adopted after a restart.
+identified by (pid, start time); exit codes are known for this portal's own children (kept
+after they are reaped, so every thread that asks hears the same) and reported as unknown for
+processes adopted after a restart.
+
+Many components are started and stopped at once (``start_many``, ``stop_many``): spawned or
+signalled one after the other, then waited for together (readiness conditions, probes, grace
+periods), each with its own deadline, and reported in lists as they end.
 
 A component whose ``Target.user`` names an account (``--run-as``) runs as that account, with
 no supplementary groups and umask 077; its directories are that account's, mode 0700, and the
@@ -29,8 +34,9 @@ import signal
 import subprocess
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from cddlm import netsafe
 from cddlm.application.enactment import confine, logs, procfs
@@ -39,6 +45,7 @@ from cddlm.budget import PatternError, user_regex
 from cddlm.config import Settings
 
 STDERR_TAIL_LINES = 20
+ENDED_KEPT = 65536          # exit statuses of reaped children remembered (see check_process)
 READINESS_TIMEOUT = 30.0    # seconds a readiness condition may take when it does not say
 WRAPPER = 'echo $$ > "$0" && exec "$@"'
 PASS_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL",
@@ -93,7 +100,11 @@ class LocalRunner:
         self.host = host
         self.root = os.path.abspath(root)
         self.settings = settings or Settings()
-        self._children: dict[int, subprocess.Popen] = {}   # pid -> Popen, this process's children
+        self._children: dict[int, tuple[subprocess.Popen, str]] = {}   # pid -> (Popen, start)
+        # how this process's children ended, kept after they are reaped: the exit watcher and
+        # a liveness check (or a stop) may ask about one child at the same moment, and the
+        # one that asks second must learn the same exit status, not "unknown"
+        self._ended: OrderedDict[int, tuple[str, int]] = OrderedDict()   # pid -> (start, rc)
         self._lock = threading.Lock()
 
     # -- places ------------------------------------------------------------------------------
@@ -221,27 +232,52 @@ class LocalRunner:
     # -- start -------------------------------------------------------------------------------
     def start(self, t: Target, known_pid: int | None, known_start: str | None,
               keep_lease: Callable[[], None]) -> Outcome:
-        if t.type == "process":
-            return self._start_process(t, known_pid, known_start, keep_lease)
-        if t.type == "file":
-            full = self._file_path(t)
-            if full is None or not confine.exists(self.app_dir(t.app_id), str(t.attributes["path"])):
-                return Outcome("failed", "file %s is missing" % t.attributes.get("path"))
-            return Outcome("running", runtime={"location": full, "host": self.host})
-        if t.type == "probe":
-            deadline = time.monotonic() + max(5.0, 5 * float(t.attributes.get("timeout") or 2))
-            while True:
-                try:
-                    problem = probe(t.attributes, self.settings.probe_networks)
-                except netsafe.Refused as e:     # the policy will not change: fail at once
-                    return Outcome("failed", "probe refused: %s" % e)
-                if problem is None:
-                    return Outcome("running", runtime={"host": self.host})
-                if time.monotonic() > deadline:
-                    return Outcome("failed", problem)
-                keep_lease()
-                time.sleep(0.2)
-        return Outcome("running")
+        """Start one component (``start_many`` of one)."""
+        return _one(lambda report: self.start_many([(None, t, known_pid, known_start)],
+                                                   keep_lease, report))
+
+    def start_many(self, jobs: Iterable[tuple[Any, Target, int | None, str | None]],
+                   keep_lease: Callable[[], None], report: Report) -> None:
+        """Start components: ``jobs`` of (key, target, recorded pid, its start time). Processes
+        are spawned (or adopted) one after the other and reported at once; those with a
+        readiness condition, and probes, are then waited for together, each with its own
+        deadline, and reported as they end. ``report`` gets lists of (key, outcome);
+        ``keep_lease`` is called while waiting and may raise to abandon what is left."""
+        done: list[tuple[Any, Outcome]] = []
+        waits: list[_Wait] = []
+        for key, t, known_pid, known_start in jobs:
+            if t.type == "process":
+                got = self._start_process(t, known_pid, known_start)
+            elif t.type == "file":
+                full = self._file_path(t)
+                got = Outcome("failed", "file %s is missing" % t.attributes.get("path")) \
+                    if full is None or not confine.exists(self.app_dir(t.app_id), str(t.attributes["path"])) \
+                    else Outcome("running", runtime={"location": full, "host": self.host})
+            elif t.type == "probe":
+                got = self._probe_wait(t)
+            else:
+                got = Outcome("running")
+            if isinstance(got, Outcome):
+                done.append((key, got))
+            else:
+                got.key = key
+                waits.append(got)
+        if done:
+            report(done)
+        _wait_all(waits, keep_lease, report)
+
+    def _probe_wait(self, t: Target) -> "_Wait":
+        deadline = time.monotonic() + max(5.0, 5 * float(t.attributes.get("timeout") or 2))
+
+        def poll() -> Outcome | None:
+            try:
+                problem = probe(t.attributes, self.settings.probe_networks)
+            except netsafe.Refused as e:     # the policy will not change: fail at once
+                return Outcome("failed", "probe refused: %s" % e)
+            if problem is None:
+                return Outcome("running", runtime={"host": self.host})
+            return Outcome("failed", problem) if time.monotonic() > deadline else None
+        return _Wait(poll, 0.2)
 
     def adopt(self, t: Target) -> tuple[int, str] | None:
         """A live process left by an interrupted start (its pid file), if any."""
@@ -286,7 +322,7 @@ class LocalRunner:
             raise Escape("%r leads out of the application's directory" % cwd)
         return full
 
-    def _start_process(self, t: Target, known_pid, known_start, keep_lease) -> Outcome:
+    def _start_process(self, t: Target, known_pid, known_start) -> "Outcome | _Wait":
         workdir = self.component_dir(t.app_id, t.path)
         if known_pid and procfs.alive(known_pid, known_start):
             pid, started = known_pid, known_start
@@ -304,7 +340,7 @@ class LocalRunner:
                     runtime={"pid": pid, "host": self.host, "workdir": workdir})
         ready = t.attributes.get("readiness")
         if ready and not t.attributes.get("run_to_completion"):
-            return self._await_ready(t, pid, started, ready, keep_lease, base)
+            return self._readiness_wait(t, pid, started, ready, base)
         return Outcome("running", **base)
 
     def _spawn(self, t: Target, workdir: str):
@@ -333,12 +369,13 @@ class LocalRunner:
                                         start_new_session=True, close_fds=True, **as_account)
         except OSError as e:
             return Outcome("failed", "cannot start %s: %s" % (t.attributes["argv"][0], e.strerror))
-        with self._lock:
-            self._children[proc.pid] = proc
         started = procfs.start_time(proc.pid) or ""
+        with self._lock:
+            self._children[proc.pid] = (proc, started)
+            self._ended.pop(proc.pid, None)
         return proc.pid, started
 
-    def _await_ready(self, t, pid, started, ready, keep_lease, base) -> Outcome:
+    def _readiness_wait(self, t, pid, started, ready, base) -> "Outcome | _Wait":
         timeout = float(ready.get("timeout") or READINESS_TIMEOUT)
         interval = float(ready.get("interval") or 0.1)
         deadline = time.monotonic() + timeout
@@ -354,7 +391,8 @@ class LocalRunner:
                 # component fails with the reason, the portal goes on
                 self.stop_process(pid, started, "TERM", 2.0)
                 return Outcome("failed", "readiness log pattern: %s" % e, **base)
-        while True:
+
+        def poll() -> Outcome | None:
             gone = self.check_process(pid, started)
             if gone is not None:
                 return self._failure(gone, base, "exited before it was ready: ")
@@ -368,8 +406,8 @@ class LocalRunner:
             if time.monotonic() > deadline:
                 self.stop_process(pid, started, "TERM", 2.0)
                 return Outcome("failed", "not ready after %gs: %s" % (timeout, problem), **base)
-            keep_lease()
-            time.sleep(interval)
+            return None
+        return _Wait(poll, interval)
 
     @staticmethod
     def _failure(gone: Outcome, base: dict, prefix: str = "") -> Outcome:
@@ -383,13 +421,20 @@ class LocalRunner:
         if not pid:
             return Outcome("failed", "no process recorded")
         with self._lock:
-            proc = self._children.get(pid)
-        if proc is not None:
-            rc = proc.poll()
-            if rc is None:
-                return None
-            with self._lock:
-                self._children.pop(pid, None)
+            child = self._children.get(pid)
+            if child is not None:
+                rc = child[0].poll()
+                if rc is None:
+                    return None
+                # reaped: kept, so that whoever asks next (the exit watcher, a liveness pass,
+                # a stop) hears the same status, whichever thread reaped it
+                del self._children[pid]
+                self._ended[pid] = (child[1], rc)
+                while len(self._ended) > ENDED_KEPT:
+                    self._ended.popitem(last=False)
+            ended = self._ended.get(pid)
+        if ended is not None and (not started or not ended[0] or ended[0] == started):
+            rc = ended[1]
             if rc < 0:
                 return Outcome("failed", "killed by signal %s" % _signal_name(-rc),
                                exit_signal=_signal_name(-rc))
@@ -420,18 +465,37 @@ class LocalRunner:
 
     # -- stop --------------------------------------------------------------------------------
     def stop(self, t: Target, pid: int | None, started: str | None, keep_lease) -> Outcome:
-        if t.type == "process":
+        """Stop one component (``stop_many`` of one)."""
+        return _one(lambda report: self.stop_many([(None, t, pid, started)], keep_lease, report))
+
+    def stop_many(self, jobs: Iterable[tuple[Any, Target, int | None, str | None]],
+                  keep_lease: Callable[[], None] | None, report: Report) -> None:
+        """Stop components, ``jobs`` of (key, target, recorded pid, its start time): every
+        process group is signalled first, then all are waited for together, each for its own
+        grace period before KILL. ``report`` gets lists of (key, outcome) as they end."""
+        done: list[tuple[Any, Outcome]] = []
+        waits: list[_Wait] = []
+        for key, t, pid, started in jobs:
+            if t.type != "process":
+                done.append((key, self._stop_other(t)))
+                continue
             if not pid:
                 adopted = self.adopt(t)
                 pid, started = adopted if adopted else (None, None)
+            logs.CAPPER.forget(self.component_dir(t.app_id, t.path))
+            if not pid:
+                done.append((key, Outcome("stopped")))
+                continue
             sig = str(t.attributes.get("stop_signal") or "TERM")
             grace = float(t.attributes.get("grace") if t.attributes.get("grace") is not None else 5)
-            result = self.stop_process(pid, started, sig, grace, keep_lease) if pid else None
-            logs.CAPPER.forget(self.component_dir(t.app_id, t.path))
-            out = Outcome("stopped", pid=pid, pid_start=started)
-            if result is not None:
-                out.exit_code, out.exit_signal = result.exit_code, result.exit_signal
-            return out
+            wait = self._stopping(pid, started, sig, grace)
+            wait.key = key
+            waits.append(wait)
+        if done:
+            report(done)
+        _wait_all(waits, keep_lease, report)
+
+    def _stop_other(self, t: Target) -> Outcome:
         if t.type == "file" and not t.attributes.get("keep"):
             full = self._file_path(t)
             if full:
@@ -444,39 +508,39 @@ class LocalRunner:
                     return Outcome("stopped", "cannot remove %s: %s" % (full, e.strerror))
         return Outcome("stopped")
 
-    def stop_process(self, pid: int, started: str | None, sig: str, grace: float,
-                     keep_lease: Callable[[], None] | None = None) -> Outcome | None:
-        """Signal the process group, wait ``grace`` seconds, then KILL it. Idempotent."""
-        if self.check_process(pid, started) is not None:
-            return self._reap(pid)
-        number = getattr(signal, "SIG" + sig, signal.SIGTERM)
-        self._killpg(pid, number)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline:
-            ended = self.check_process(pid, started)
+    def _stopping(self, pid: int, started: str | None, sig: str, grace: float) -> "_Wait":
+        """Signal the process group now; the wait ends when the process has ended, with KILL
+        after ``grace`` seconds, and gives up 5 s after that. Idempotent."""
+        def stopped(ended: Outcome | None) -> Outcome:
+            out = Outcome("stopped", pid=pid, pid_start=started)
             if ended is not None:
-                self._killpg(pid, signal.SIGKILL)   # leftovers in its group
-                return ended
-            if keep_lease:
-                keep_lease()
-            time.sleep(0.02)
-        self._killpg(pid, signal.SIGKILL)
-        deadline = time.monotonic() + 5
-        while time.monotonic() < deadline:
-            ended = self.check_process(pid, started)
-            if ended is not None:
-                return ended
-            time.sleep(0.02)
-        return None
+                out.exit_code, out.exit_signal = ended.exit_code, ended.exit_signal
+            return out
 
-    def _reap(self, pid: int) -> Outcome | None:
-        with self._lock:
-            proc = self._children.pop(pid, None)
-        if proc is not None and proc.returncode is not None:
-            rc = proc.returncode
-            return Outcome("failed", exit_code=rc if rc >= 0 else None,
-                           exit_signal=_signal_name(-rc) if rc < 0 else None)
-        return None
+        ended = self.check_process(pid, started)
+        if ended is not None:
+            return _Wait(lambda: stopped(ended), 0.0)
+        self._killpg(pid, getattr(signal, "SIG" + sig, signal.SIGTERM))
+        state = {"killed": False, "deadline": time.monotonic() + grace}
+
+        def poll() -> Outcome | None:
+            ended = self.check_process(pid, started)
+            if ended is not None:
+                if not state["killed"]:
+                    self._killpg(pid, signal.SIGKILL)   # leftovers in its group
+                return stopped(ended)
+            if time.monotonic() >= state["deadline"]:
+                if state["killed"]:
+                    return stopped(None)
+                self._killpg(pid, signal.SIGKILL)
+                state.update(killed=True, deadline=time.monotonic() + 5)
+            return None
+        return _Wait(poll, 0.02)
+
+    def stop_process(self, pid: int, started: str | None, sig: str, grace: float) -> Outcome:
+        """Signal the process group, wait ``grace`` seconds, then KILL it. Idempotent."""
+        return _one(lambda report: _wait_all([self._stopping(pid, started, sig, grace)], None,
+                                             report))
 
     @staticmethod
     def _killpg(pid: int, number: int) -> None:
@@ -487,6 +551,57 @@ class LocalRunner:
                 os.kill(pid, number)
             except (ProcessLookupError, PermissionError):
                 pass
+
+
+Report = Callable[[list], None]     # gets [(key, Outcome), ...]
+REPORT_EVERY = 0.25                 # seconds: outcomes of a batch wait are reported this often
+
+
+class _Wait:
+    """One condition being waited for: ``poll`` says how it ended, or None for not yet."""
+
+    def __init__(self, poll: Callable[[], Outcome | None], interval: float):
+        self.poll = poll
+        self.interval = interval
+        self.key: Any = None
+        self.next = 0.0
+        self.outcome: Outcome | None = None
+
+
+def _wait_all(waits: list[_Wait], keep_lease: Callable[[], None] | None, report: Report) -> None:
+    """Poll every wait at its own interval until each has an outcome; report outcomes in lists
+    (at most every ``REPORT_EVERY`` seconds, and those in hand before ``keep_lease`` raises)."""
+    done: list[tuple[Any, Outcome]] = []
+    last = time.monotonic()
+    while waits:
+        for w in waits:
+            if w.next <= time.monotonic():
+                w.outcome = w.poll()
+                if w.outcome is None:
+                    w.next = time.monotonic() + w.interval
+                else:
+                    done.append((w.key, w.outcome))
+        waits = [w for w in waits if w.outcome is None]
+        if done and (not waits or time.monotonic() - last >= REPORT_EVERY):
+            report(done)
+            done, last = [], time.monotonic()
+        if not waits:
+            return
+        if keep_lease is not None:
+            try:
+                keep_lease()
+            except BaseException:
+                if done:
+                    report(done)
+                raise
+        time.sleep(max(0.0, min(w.next for w in waits) - time.monotonic()))
+
+
+def _one(run: Callable[[Report], None]) -> Outcome:
+    """The outcome of a batch of one."""
+    got: list[tuple[Any, Outcome]] = []
+    run(got.extend)
+    return got[0][1]
 
 
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z0-9_.\-]+)\}")

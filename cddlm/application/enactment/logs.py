@@ -20,6 +20,7 @@ pattern is an RE2 pattern (``cddlm.budget``), matched in time linear in what is 
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import threading
@@ -33,6 +34,7 @@ STREAMS = ("stdout.log", "stderr.log")
 CHUNK = 1024 * 1024           # bytes a follower reads in one look
 CARRY = 64 * 1024             # the longest partial line kept for the next look
 PERIOD = 0.25                 # seconds between the capper's looks (at the least)
+QUIET = 4.0                   # at most this between looks at logs that have stopped growing
 
 
 class Follower:
@@ -113,16 +115,21 @@ def rotate(path: str, cap: int) -> bool:
 
 
 class Capper:
-    """One thread that keeps the registered component logs under their caps."""
+    """One thread that keeps the registered component logs under their caps. Directories are
+    looked at when due (a heap of next looks): a pass touches only those."""
 
     def __init__(self):
         self._dirs: dict[str, int] = {}       # component directory -> cap in bytes
+        self._seen: dict[str, tuple[int, float, float]] = {}   # -> (size, interval, next look)
+        self._due: list[tuple[float, str]] = []                # heap of (next look, directory)
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
 
     def watch(self, workdir: str, cap: int) -> None:
         with self._lock:
+            if workdir not in self._dirs:
+                heapq.heappush(self._due, (0.0, workdir))
             self._dirs[workdir] = cap
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name="cddlm-log-capper",
@@ -132,34 +139,59 @@ class Capper:
     def forget(self, workdir: str) -> None:
         with self._lock:
             self._dirs.pop(workdir, None)
+            self._seen.pop(workdir, None)
 
     def forget_below(self, prefix: str) -> None:
         with self._lock:
             for d in [d for d in self._dirs if d == prefix or d.startswith(prefix + os.sep)]:
                 del self._dirs[d]
+                self._seen.pop(d, None)
 
     def watched(self) -> dict[str, int]:
         with self._lock:
             return dict(self._dirs)
 
+    def _next_due(self, now: float) -> tuple[str, int] | None:
+        """The next directory due for a look (and its cap), taken off the heap."""
+        with self._lock:
+            while self._due and self._due[0][0] <= now:
+                when, workdir = heapq.heappop(self._due)
+                seen = self._seen.get(workdir)
+                if workdir in self._dirs and (seen is None or seen[2] == when):
+                    return workdir, self._dirs[workdir]
+            return None      # (entries of forgotten directories, or stale ones, are dropped)
+
     def check(self) -> int:
-        """One look at every watched log; returns how many it rotated."""
+        """One look at every watched log that is due; returns how many it rotated. Logs that
+        grew are looked at again after ``PERIOD``; quiet ones ever less often, up to ``QUIET``
+        (a thousand idle components cost a look each every four seconds, not four a second)."""
         rotated = 0
-        for workdir, cap in self.watched().items():
-            if not os.path.isdir(workdir):
-                self.forget(workdir)
-                continue
+        now = time.monotonic()
+        while True:
+            found = self._next_due(now)
+            if found is None:
+                return rotated
+            workdir, cap = found
+            seen = self._seen.get(workdir)
+            total = 0
             for name in STREAMS:
                 path = os.path.join(workdir, name)
                 try:
-                    if os.stat(path, follow_symlinks=False).st_size <= cap:
-                        continue
+                    size = os.stat(path, follow_symlinks=False).st_size
                 except OSError:
+                    if not os.path.isdir(workdir):
+                        self.forget(workdir)
+                        break
                     continue
-                if rotate(path, cap):
+                total += size
+                if size > cap and rotate(path, cap):
                     rotated += 1
                     log.info("rotated %s (over %d bytes)", path, cap)
-        return rotated
+            interval = PERIOD if seen is None or seen[0] != total else min(QUIET, 2 * seen[1])
+            with self._lock:
+                if workdir in self._dirs:
+                    self._seen[workdir] = (total, interval, now + interval)
+                    heapq.heappush(self._due, (now + interval, workdir))
 
     def _run(self) -> None:
         while True:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import and_, bindparam, delete, exists, insert, or_, select, update
+from sqlalchemy import and_, bindparam, delete, exists, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import aliased
 
@@ -39,11 +39,14 @@ class Item:
 
 
 def add(conn: Connection, app_id: str, items: list[tuple[str, str]], generation: int,
-        now: float) -> int:
-    """Queue (path, action) items unless an identical one is already queued."""
+        now: float, have: set[tuple[str, str]] | None = None) -> int:
+    """Queue (path, action) items unless an identical one is already queued (``have``: the
+    queued items of the generation, or more, when the caller has read them)."""
     if not items:
         return 0
-    have = {(p, a) for p, a in conn.execute(_QUEUED_GEN, {"app_id": app_id, "generation": generation})}
+    if have is None:
+        have = {(p, a) for p, a in conn.execute(_QUEUED_GEN, {"app_id": app_id,
+                                                               "generation": generation})}
     rows = [dict(app_id=app_id, path=p, action=a, generation=generation, attempts=0,
                  not_before=now, created=now) for p, a in items if (p, a) not in have]
     if rows:
@@ -69,22 +72,32 @@ def any_due(conn: Connection, now: float) -> bool:
     return conn.execute(_ANY_DUE, {"now": now}).first() is not None
 
 
-def claim(conn: Connection, owner: str, now: float, lease: float, limit: int,
-          postgres: bool) -> list[Item]:
+_NEXT_DUE = select(func.min(work.c.not_before)).where(work.c.owner.is_(None))
+
+
+def next_due(conn: Connection) -> float | None:
+    """When the earliest unclaimed item becomes due (None: there is none)."""
+    return conn.execute(_NEXT_DUE).scalar()
+
+
+def _claimable(now: float):
     other = aliased(work)
     busy = exists().where(and_(other.c.app_id == work.c.app_id, other.c.path == work.c.path,
                                other.c.id != work.c.id, other.c.owner.is_not(None),
                                other.c.lease_expires >= now))
     free = or_(work.c.owner.is_(None), work.c.lease_expires < now)
-    query = (select(work.c.id, work.c.app_id, work.c.path, work.c.action, work.c.generation,
-                    work.c.attempts)
-             .where(work.c.not_before <= now, free, ~busy).order_by(work.c.id).limit(limit))
+    return (select(work.c.id, work.c.app_id, work.c.path, work.c.action, work.c.generation,
+                   work.c.attempts)
+            .where(work.c.not_before <= now, free, ~busy).order_by(work.c.id))
+
+
+def _take(conn: Connection, query, owner: str, now: float, lease: float,
+          postgres: bool) -> list[Item]:
     if postgres:
         query = query.with_for_update(skip_locked=True, of=work)
-    rows = conn.execute(query).all()
     items = []
     seen: set[tuple[str, str]] = set()
-    for r in rows:
+    for r in conn.execute(query).all():
         if (r.app_id, r.path) in seen:  # two queued items for one component: one at a time
             continue
         seen.add((r.app_id, r.path))
@@ -95,13 +108,57 @@ def claim(conn: Connection, owner: str, now: float, lease: float, limit: int,
     return items
 
 
+def claim(conn: Connection, owner: str, now: float, lease: float, limit: int,
+          postgres: bool) -> list[Item]:
+    return _take(conn, _claimable(now).limit(limit), owner, now, lease, postgres)
+
+
+_WAITING = select(func.count()).select_from(work).where(
+    work.c.app_id == bindparam("app_id"), work.c.action == bindparam("action"),
+    work.c.generation == bindparam("generation"), work.c.owner.is_(None))
+
+
+def claim_batch(conn: Connection, owner: str, now: float, lease: float, limit: int,
+                postgres: bool, share: int = 1, most: int = 5000) -> list[Item]:
+    """The first claimable item and more of its application, action and generation: a batch
+    the engine enacts together and records in few transactions (one reconcile for many
+    components, not one each). A batch takes ``limit`` items, or a ``share``-th of those
+    waiting when that is more (up to ``most``): an application of N components is done in
+    about ``share`` batches whatever N, so its reconciles, each O(N), stay few."""
+    first = claim(conn, owner, now, lease, 1, postgres)
+    if not first or limit <= 1:
+        return first
+    head = first[0]
+    waiting = conn.execute(_WAITING, {"app_id": head.app_id, "action": head.action,
+                                      "generation": head.generation}).scalar() or 0
+    limit = min(most, max(limit, -(-waiting // max(1, share))))
+    more = _claimable(now).where(work.c.app_id == head.app_id, work.c.action == head.action,
+                                 work.c.generation == head.generation).limit(limit - 1)
+    return first + [i for i in _take(conn, more, owner, now, lease, postgres) if i.path != head.path]
+
+
 def extend(conn: Connection, item_id: int, owner: str, until: float) -> bool:
     """Renew a lease; False when it was lost (then the worker must stop)."""
     return conn.execute(_EXTEND, {"item": item_id, "me": owner, "until": until}).rowcount == 1
 
 
+def extend_many(conn: Connection, item_ids: list[int], owner: str, until: float) -> bool:
+    """Renew the leases of a batch; False when one was lost."""
+    if not item_ids:
+        return True
+    return conn.execute(update(work).where(work.c.id.in_(bindparam("ids", expanding=True)),
+                                           work.c.owner == owner).values(lease_expires=until),
+                        {"ids": list(item_ids)}).rowcount == len(item_ids)
+
+
 def finish(conn: Connection, item_id: int) -> None:
     conn.execute(_FINISH, {"item": item_id})
+
+
+def finish_many(conn: Connection, item_ids: list[int]) -> None:
+    if item_ids:
+        conn.execute(delete(work).where(work.c.id.in_(bindparam("ids", expanding=True))),
+                     {"ids": list(item_ids)})
 
 
 def retry_later(conn: Connection, item_id: int, owner: str, when: float) -> None:
@@ -110,7 +167,6 @@ def retry_later(conn: Connection, item_id: int, owner: str, when: float) -> None
 
 
 def depth(conn: Connection) -> int:
-    from sqlalchemy import func
     return conn.execute(select(func.count()).select_from(work)).scalar() or 0
 
 

@@ -31,22 +31,21 @@ def reconcile(conn: Connection, app_id: str, now: float) -> tuple[repo.App | Non
     app = repo.lock_app(conn, app_id)
     if app is None or app.state == lifecycle.TERMINATED:
         return app, False
-    comps = repo.get_components(conn, app_id)
-    by_path = {c.path: c for c in comps}
-    roots = states.build_tree([(c.path, c.type, c.parent, c.position, c.observed, c.optional,
-                                c.oneshot) for c in comps])
-    plan = states.plan(app.state, app.desired, roots, queue.queued(conn, app_id))
-    added = queue.add(conn, app_id, plan.work, app.generation, now)
-    for path in plan.mark_stopped:
-        repo.update_component(conn, app_id, path, observed=states.STOPPED, updated=now)
-    for path, value in plan.derived.items():
-        if by_path[path].observed != value:
-            repo.update_component(conn, app_id, path, observed=value, updated=now)
+    rows = repo.component_states(conn, app_id)
+    observed = {r[0]: r[4] for r in rows}
+    roots = states.build_tree(rows)
+    queued = queue.queued(conn, app_id)
+    plan = states.plan(app.state, app.desired, roots, queued)
+    # the plan asks for nothing already queued, whatever its generation
+    added = queue.add(conn, app_id, plan.work, app.generation, now, have=queued)
+    changes = [(path, states.STOPPED) for path in plan.mark_stopped] + [
+        (path, value) for path, value in plan.derived.items() if observed[path] != value]
+    repo.set_observed(conn, app_id, changes, now)
     for event in plan.events:
         new = lifecycle.next_state(app.state, event)
         info, termination = None, None
         if event == "failed":
-            termination = failure_info(by_path[plan.failure])
+            termination = failure_info(repo.get_component(conn, app_id, plan.failure))
             info = termination["reason"]
         elif new == lifecycle.TERMINATED:
             termination = app.termination_info or {
