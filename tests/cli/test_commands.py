@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 import urllib.request
 
@@ -89,7 +90,16 @@ def test_logs_follow_prints_new_lines_and_ends_with_the_application(shared_porta
     numbers = [int(s[len("tick"):]) for s in seen]
     assert numbers == list(range(numbers[0], numbers[0] + 6)), seen   # in order, none lost
     cddlm("terminate", "ticker", "--no-wait", portal=url)
-    rest, err = p.communicate(timeout=30)                              # ends by itself
+    # ends by itself; read on through p.stdout (communicate() would read the pipe past what
+    # readline() already buffered, and lose those lines)
+    guard = threading.Timer(30, p.kill)
+    guard.start()
+    try:
+        rest = p.stdout.read()
+        err = p.stderr.read()
+        p.wait()
+    finally:
+        guard.cancel()
     assert p.returncode == 0 and err == ""
     last = [int(l[len("tick"):]) for l in rest.split()]
     assert last == list(range(numbers[-1] + 1, numbers[-1] + 1 + len(last)))
