@@ -118,7 +118,7 @@ def test_claims_lease_and_expire(db_url):
         theirs = queue.claim(conn, "engine-2", 50.0, 30.0, 10, pg)
         assert {i.id for i in theirs} == {i.id for i in mine}
         assert all(i.attempts == 2 for i in theirs)
-        assert not queue.extend(conn, mine[0].id, "engine-1", 99.0)   # engine-1 lost it
+        assert not queue.extend_many(conn, [mine[0].id], "engine-1", 99.0)   # engine-1 lost it
         queue.finish(conn, theirs[0].id)
     store.dispose()
 

@@ -166,11 +166,6 @@ class Engine:
         watch through pidfds)."""
         return isinstance(self.runners.get(host or ""), LocalRunner) and self.watcher is not None
 
-    @staticmethod
-    def host_down(conn, host: str | None) -> str | None:
-        down = repo.down_hosts(conn)
-        return _down_message(host, down[host]) if host in down else None
-
     def runner_for(self, app: repo.App, comp: repo.Component):
         """Who enacts ``comp``: its host's runner, or for a ``delegate`` the portal it names."""
         if comp.type == "delegate":
@@ -350,8 +345,8 @@ class Engine:
                 # processes resolve their peers' runtime values when they start, not at deploy;
                 # another portal's component: that portal resolves its attributes
                 lenient = action == "stop" or (action == "deploy" and comp.type != "file")
-                target = Target(app.id, comp.path, comp.type, {}, comp.host or "") \
-                    if getattr(runner, "remote", False) else self._target(app, rows, comp, lenient)
+                target = _by_path(app.id, comp) if getattr(runner, "remote", False) \
+                    else self._target(app, rows, comp, lenient)
             except CddlmError as e:
                 if getattr(e, "kind", "") == "unresolved-reference" and action != "stop" \
                         and item.attempts < WAIT_FOR_VALUE_ATTEMPTS:
@@ -536,11 +531,6 @@ class Engine:
             except Exception:
                 log.exception("liveness check of %s failed", app_id)
 
-    def check_component(self, app_id: str, path: str) -> dict | None:
-        """Check one component now; record a failure. Returns its health entry."""
-        found = self._check(app_id, {path})
-        return found[0] if found else None
-
     def check_app(self, app_id: str) -> list[dict]:
         return self._check(app_id)
 
@@ -571,7 +561,7 @@ class Engine:
                 continue
             if comp.type == "process" or getattr(runner, "remote", False):
                 # the pid is all it takes; another portal's component is asked for by path
-                target = Target(app_id, comp.path, comp.type, {}, comp.host or "")
+                target = _by_path(app_id, comp)
             else:
                 if rows is None:
                     with self.store.read() as conn:
@@ -738,6 +728,12 @@ class _Batch:
         self.generation = items[0].generation
         self.held = {i.id for i in items}
         self.hosts: dict[str, str | None] = {}     # path -> host, of the items enacted
+
+
+def _by_path(app_id: str, comp: repo.Component) -> Target:
+    """A target without attributes: enough to check a process by its pid, or for another
+    portal, which resolves its component's attributes itself and is asked by path."""
+    return Target(app_id, comp.path, comp.type, {}, comp.host or "")
 
 
 def _down_message(host: str | None, reason: str | None) -> str:

@@ -24,9 +24,6 @@ _INSERT = insert(work)
 _SUPERSEDE = delete(work).where(work.c.app_id == bindparam("app_id"),
                                 work.c.generation < bindparam("generation"), work.c.owner.is_(None))
 _FINISH = delete(work).where(work.c.id == bindparam("item"))
-_EXTEND = update(work).where(work.c.id == bindparam("item"), work.c.owner == bindparam("me")) \
-    .values(lease_expires=bindparam("until"))
-
 
 @dataclass(frozen=True)
 class Item:
@@ -137,13 +134,8 @@ def claim_batch(conn: Connection, owner: str, now: float, lease: float, limit: i
     return first + [i for i in _take(conn, more, owner, now, lease, postgres) if i.path != head.path]
 
 
-def extend(conn: Connection, item_id: int, owner: str, until: float) -> bool:
-    """Renew a lease; False when it was lost (then the worker must stop)."""
-    return conn.execute(_EXTEND, {"item": item_id, "me": owner, "until": until}).rowcount == 1
-
-
 def extend_many(conn: Connection, item_ids: list[int], owner: str, until: float) -> bool:
-    """Renew the leases of a batch; False when one was lost."""
+    """Renew the leases of a batch; False when one was lost (then the worker must stop)."""
     if not item_ids:
         return True
     return conn.execute(update(work).where(work.c.id.in_(bindparam("ids", expanding=True)),
