@@ -40,6 +40,7 @@ from sqlalchemy import insert, select, update
 
 from cddlm.application import repository as repo
 from cddlm.application.enactment.local import Later, Outcome, Target
+from cddlm.application.fencing import DELEGATED_PREFIX
 from cddlm.application.hosts import Host
 from cddlm.application.store import Store
 from cddlm.application.tables import agents, applications, components, delegations, hosts as hosts_table
@@ -130,7 +131,7 @@ def start_groups(tree: Deployment) -> dict[str, str]:
 def token_for(app_id: str, generation: int, host: str, group: str) -> str:
     """The client-token of a delegation: the same inputs, the same sub-application."""
     raw = "%s|%d|%s|%s" % (app_id, generation, host, group)
-    return "cddlm-" + hashlib.sha256(raw.encode("utf-8")).hexdigest()[:40]
+    return DELEGATED_PREFIX + hashlib.sha256(raw.encode("utf-8")).hexdigest()[:40]
 
 
 def share(tree: Deployment, paths: set[str]) -> list[Component]:
@@ -313,7 +314,7 @@ class RemoteRunner:
                     self._shapes[app_id] = shape
         return app, shape
 
-    def _group(self, shape: "Shape", path: str) -> str:
+    def _group(self, shape: Shape, path: str) -> str:
         return shape.groups.get(path, "0")
 
     def _row(self, app_id: str, path: str) -> Any:
@@ -357,7 +358,7 @@ class RemoteRunner:
             if row.asked == "created" and self.portal().status(ref).state == "instantiated":
                 # (a sub-application already initialized, by an earlier try or at the front's
                 # initialize, is not sent its descriptor twice: another portal may refuse that)
-                self._initialize(ref, token, shape.tree, shape.placed, group, path, app_id)
+                self._initialize(ref, token, shape, group, path, app_id)
             if row.asked == "created":
                 self._subscribe(ref)
                 self._set(token, asked="initialized")
@@ -379,16 +380,15 @@ class RemoteRunner:
             found = self._foreigns[key] = foreign_refs(share(shape.tree, mine), mine)
         return found
 
-    def _initialize(self, ref: Ref, token: str, tree: Deployment, placed: dict[str, str],
-                    group: str, path: str, app_id: str = "") -> None:
+    def _initialize(self, ref: Ref, token: str, shape: Shape, group: str, path: str,
+                    app_id: str = "") -> None:
         """Send the share: this host's leaves of ``group`` as a native descriptor, with the
         lazy references to other hosts' components resolved there first (remote resolve)."""
-        groups = start_groups(tree)
-        mine = {p for p, h in placed.items() if h == self.host.name and groups.get(p) == group}
-        comps = share(tree, mine)
+        mine = self._mine(shape, group)
+        comps = share(shape.tree, mine)
         foreign = foreign_refs(comps, mine)
         if foreign:
-            comps = substitute(comps, {t: self._resolve_elsewhere(app_id, placed, t, token)
+            comps = substitute(comps, {t: self._resolve_elsewhere(app_id, shape.placed, t, token)
                                        for t in sorted(foreign)})
         self.portal().initialize(ref, native.to_xml(comps), token)
 
@@ -448,7 +448,7 @@ class RemoteRunner:
                 self._set(row.token, remote_state=st.state, info=st.reason)
             return st
 
-    def forget(self, app_id: str | None = None) -> None:
+    def forget(self) -> None:
         """Drop cached statuses (a notification came: the next look pings again)."""
         self._status.clear()
 
@@ -477,6 +477,12 @@ class RemoteRunner:
             return Outcome("failed", describe(self.host.name, ref, reason), runtime=runtime)
         return None
 
+    def _failed(self, reason: str, cause: str | None = None) -> Outcome:
+        """A failure of the host portal's part (no sub-application named), with the remote
+        side in ``runtime`` for the terminationInfo."""
+        return Outcome("failed", describe(self.host.name, None, reason), runtime={
+            "remote": remote_info(self.host.name, self.host.agent, None, reason, cause)})
+
     def _call(self, fn: Callable[[], Outcome]) -> Outcome:
         try:
             out = fn()
@@ -487,19 +493,13 @@ class RemoteRunner:
                 # no host monitor watches a delegate's portal: silence for a lease fails it
                 since = self._silent_since = self._silent_since or time.monotonic()
                 if time.monotonic() - since > self.settings.agent_lease:
-                    reason = "the portal gave no answer for %.0f s: %s" % (
-                        time.monotonic() - since, e)
-                    return Outcome("failed", describe(self.host.name, None, reason), runtime={
-                        "remote": remote_info(self.host.name, self.host.agent, None, reason, None)})
+                    return self._failed("the portal gave no answer for %.0f s: %s" % (
+                        time.monotonic() - since, e))
             raise Later(1.0, str(e)) from None
         except RemoteFault as e:
-            reason = "the host portal answered with a fault: %s" % e.message
-            return Outcome("failed", describe(self.host.name, None, reason), runtime={
-                "remote": remote_info(self.host.name, self.host.agent, None, reason, e.cause)})
+            return self._failed("the host portal answered with a fault: %s" % e.message, e.cause)
         except Gone as e:
-            reason = "the host portal no longer knows the sub-application: %s" % e
-            return Outcome("failed", describe(self.host.name, None, reason), runtime={
-                "remote": remote_info(self.host.name, self.host.agent, None, reason, None)})
+            return self._failed("the host portal no longer knows the sub-application: %s" % e)
 
     def deploy(self, t: Target) -> Outcome:
         def go() -> Outcome:
@@ -555,9 +555,7 @@ class RemoteRunner:
             return Outcome("failed", describe(self.host.name, Ref(row.address, row.resource_id or ""),
                                               "the host portal no longer knows it"))
         except RemoteFault as e:
-            reason = "the host portal answered with a fault: %s" % e.message
-            return Outcome("failed", describe(self.host.name, None, reason), runtime={
-                "remote": remote_info(self.host.name, self.host.agent, None, reason, e.cause)})
+            return self._failed("the host portal answered with a fault: %s" % e.message, e.cause)
         out = self._outcome(row, st, t.path, ("running", "completed", "starting", "deployed"), "running")
         return out if out is not None and out.event in ("failed", "completed") else None
 
@@ -621,9 +619,9 @@ class DelegateRunner(RemoteRunner):
     def _foreign(self, shape: Shape, group: str) -> set[str]:
         return set()
 
-    def _initialize(self, ref: Ref, token: str, tree: Deployment, placed: dict[str, str],
-                    group: str, path: str, app_id: str = "") -> None:
-        node = tree.find(path)
+    def _initialize(self, ref: Ref, token: str, shape: Shape, group: str, path: str,
+                    app_id: str = "") -> None:
+        node = shape.tree.find(path)
         attrs = node.attributes if node is not None else {}
         descriptor = attrs.get("descriptor")
         text = descriptor if isinstance(descriptor, str) else ""
@@ -646,7 +644,7 @@ class DelegateRunner(RemoteRunner):
         except (AgentUnreachable, Gone):
             return
         try:
-            self._initialize(ref, token, tree, {}, "", path, app_id)
+            self._initialize(ref, token, Shape(tree, {}, {}), "", path, app_id)
         except AgentUnreachable:
             return
         except (RemoteFault, Gone) as e:
