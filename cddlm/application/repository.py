@@ -260,6 +260,12 @@ def new_view(conn: Connection, app_id: str, portal: str, now: float) -> View:
     return view
 
 
+def bound_view(conn: Connection, app_id: str, portal: str, now: float) -> View:
+    """The oldest live view of the application through ``portal``, else a new one (in the
+    caller's write transaction)."""
+    return view_for(conn, app_id, portal, now) or new_view(conn, app_id, portal, now)
+
+
 def get_view(conn: Connection, view_id: str) -> View | None:
     """A view, live or past its termination time (``expire_views`` removes those)."""
     row = conn.execute(_GET_VIEW, {"view": view_id}).first()
