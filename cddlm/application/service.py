@@ -43,7 +43,7 @@ from cddlm.application.tables import (applications as applications_table, compon
 from cddlm.application.tenancy import LOCAL_ADMIN, Principal
 from cddlm.application.views import readiness_wait
 from cddlm.config import Settings
-from cddlm.errors import (BadArgument, DeploymentFailed, NoSuchApplication, ResolutionError, ResourceUnknown,
+from cddlm.errors import (BadArgument, NoSuchApplication, ResolutionError, ResourceUnknown,
                           UnableToSetTerminationTime)
 from cddlm.lang import registry
 from cddlm.lang.documents import parse_xml
