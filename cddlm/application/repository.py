@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import bindparam, delete, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
@@ -17,9 +17,11 @@ from sqlalchemy.exc import IntegrityError
 
 from cddlm import ns
 from cddlm.application import lifecycle
-from cddlm.application.store import Store
 from cddlm.application.tables import (LOCAL_OWNER, applications, components, events, history, hosts,
                                      nonces, views, work)
+
+if TYPE_CHECKING:   # annotations only: the store is passed in, never made here
+    from cddlm.application.store import Store
 
 LIFECYCLE_TOPIC = ns.LIFECYCLE_TOPIC
 CREATED_TOPIC = ns.CREATED_TOPIC
@@ -154,7 +156,7 @@ def new_id() -> str:
 
 
 # -- applications ----------------------------------------------------------------------------
-def _row(source: "Connection | Store", statement: Any, params: dict) -> Any:
+def _row(source: Connection | Store, statement: Any, params: dict) -> Any:
     """The first row of a prebuilt statement as a mapping (None: no row): on a connection, in
     its transaction; given the store, through ``Store.first`` (the driver directly, no
     transaction: the hot reads, where SQLAlchemy's work per execution cost more than the
@@ -165,7 +167,7 @@ def _row(source: "Connection | Store", statement: Any, params: dict) -> Any:
     return source.first(statement, params)
 
 
-def get_app(conn: "Connection | Store", app_id: str) -> App | None:
+def get_app(conn: Connection | Store, app_id: str) -> App | None:
     row = _row(conn, _GET_APP, {"app_id": app_id})
     return App(row) if row is not None else None
 
@@ -185,14 +187,14 @@ def lock_app(conn: Connection, app_id: str) -> App | None:
     return App.from_row(row) if row else None
 
 
-def app_by_view(conn: "Connection | Store", view_id: str, now: float) -> App | None:
+def app_by_view(conn: Connection | Store, view_id: str, now: float) -> App | None:
     """The application a live view names (one indexed join; the hot path of every app
     request); ``view_termination_time`` on it is the view's own termination time."""
     row = _row(conn, _APP_BY_VIEW, {"view": view_id, "now": now})
     return App(row) if row is not None else None
 
 
-def app_by_name(conn: "Connection | Store", name: str, owner: str | None = None) -> App | None:
+def app_by_name(conn: Connection | Store, name: str, owner: str | None = None) -> App | None:
     """The live application of that name, else the newest terminated one (of ``owner`` only,
     when given)."""
     if owner is None:
@@ -258,13 +260,19 @@ def new_view(conn: Connection, app_id: str, portal: str, now: float) -> View:
     return view
 
 
+def bound_view(conn: Connection, app_id: str, portal: str, now: float) -> View:
+    """The oldest live view of the application through ``portal``, else a new one (in the
+    caller's write transaction)."""
+    return view_for(conn, app_id, portal, now) or new_view(conn, app_id, portal, now)
+
+
 def get_view(conn: Connection, view_id: str) -> View | None:
     """A view, live or past its termination time (``expire_views`` removes those)."""
     row = conn.execute(_GET_VIEW, {"view": view_id}).first()
     return View(*row) if row else None
 
 
-def view_for(conn: "Connection | Store", app_id: str, portal: str, now: float) -> View | None:
+def view_for(conn: Connection | Store, app_id: str, portal: str, now: float) -> View | None:
     """The oldest live view of the application through ``portal``."""
     row = _row(conn, _VIEW_FOR, {"app_id": app_id, "portal": portal, "now": now})
     return View(row["id"], row["app_id"], row["portal"], row["termination_time"]) \

@@ -43,7 +43,7 @@ from cddlm.application.tables import (applications as applications_table, compon
 from cddlm.application.tenancy import LOCAL_ADMIN, Principal
 from cddlm.application.views import readiness_wait
 from cddlm.config import Settings
-from cddlm.errors import (BadArgument, DeploymentFailed, NoSuchApplication, ResolutionError, ResourceUnknown,
+from cddlm.errors import (BadArgument, NoSuchApplication, ResolutionError, ResourceUnknown,
                           UnableToSetTerminationTime)
 from cddlm.lang import registry
 from cddlm.lang.documents import parse_xml
@@ -177,8 +177,7 @@ class Service:
             if repo.get_app(conn, app_id) is None:
                 raise NoSuchApplication("no application with id %s" % app_id)
             now = self.clock()
-            return repo.view_for(conn, app_id, portal, now) or repo.new_view(conn, app_id, portal,
-                                                                             now)
+            return repo.bound_view(conn, app_id, portal, now)
 
     def rebind(self, portal: str, address: str, resource_id: str | None, *,
                principal: Principal = LOCAL_ADMIN) -> repo.View:
@@ -218,8 +217,7 @@ class Service:
         if missing:
             with self.store.write() as conn:
                 now = self.clock()
-                bound = {app_id: repo.view_for(conn, app_id, portal, now)
-                         or repo.new_view(conn, app_id, portal, now)
+                bound = {app_id: repo.bound_view(conn, app_id, portal, now)
                          for app_id in missing if repo.get_app(conn, app_id) is not None}
             pairs = [(app_id, view or bound.get(app_id)) for app_id, view in pairs]
         return [view for _, view in pairs if view is not None]   # (destroyed meanwhile: gone)

@@ -244,10 +244,10 @@ class Exchange:
                 error = e
         out = etree.tostring(self.envelope(state, error), encoding="UTF-8", xml_declaration=True)
         headers = [("Content-Type", CONTENT_TYPE)]
-        if error is None:
-            return "200 OK", headers + [("Content-Length", str(len(out)))], out
-        headers.extend(error.headers.items())
-        return error.status, headers + [("Content-Length", str(len(out)))], out
+        if error is not None:
+            headers.extend(error.headers.items())
+        headers.append(("Content-Length", str(len(out))))
+        return ("200 OK" if error is None else error.status), headers, out
 
 
 DOCUMENT = "cddlm.soap.document"        # environ key: a request already parsed by ``direct``
