@@ -173,7 +173,8 @@ class Router:
                 data = wsdl_for(self.portal_url(), absolute_imports=False)
             return self._send(start_response, "200 OK", "text/xml; charset=utf-8", data)
         if path.startswith(AGENTS) and method == "POST" and self.notified is not None:
-            environ["wsgi.input"].read(min(int(environ.get("CONTENT_LENGTH") or 0), 1 << 20))
+            declared = environ.get("CONTENT_LENGTH") or "0"      # drained, never read as XML
+            environ["wsgi.input"].read(min(int(declared), 1 << 20) if declared.isdigit() else 0)
             self.notified(path[len(AGENTS):].strip("/")[:256])
             return self._plain(start_response, "202 Accepted", b"")
         for mount in MOUNTS:
