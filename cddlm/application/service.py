@@ -30,7 +30,7 @@ from cddlm.application import (audit as audit_log, descriptors, lifecycle, optio
                                tenancy)
 from cddlm.application import fencing
 from cddlm.application import repository as repo
-from cddlm.application.enactment import queue, states
+from cddlm.application.enactment import local, queue, states
 from cddlm.application.enactment.reconcile import reconcile
 from cddlm.application.enactment.values import RESOLVED_RUNTIME, HostValues
 from cddlm.application.hosts import Hosts
@@ -41,7 +41,6 @@ from cddlm.application.tables import (applications as applications_table, compon
                                      deliveries, hosts as hosts_table, subscriptions as subscriptions_table,
                                      work as work_table)
 from cddlm.application.tenancy import LOCAL_ADMIN, Principal
-from cddlm.application.views import readiness_wait
 from cddlm.config import Settings
 from cddlm.errors import (BadArgument, NoSuchApplication, ResolutionError, ResourceUnknown,
                           UnableToSetTerminationTime)
@@ -562,7 +561,7 @@ class Service:
                 rows = {c.path: c for c in repo.get_components(conn, app_id)}
             for h in health:
                 if h["path"] in rows:
-                    h.update(readiness_wait(tree, rows[h["path"]], now) or {})
+                    h.update(local.readiness_wait(tree, rows[h["path"]], now) or {})
         return Ping(app.state, app.state_info, app.termination_info, health)
 
     def resolve(self, app_id: str, path: str) -> Any:

@@ -230,7 +230,7 @@ class Views:
                "subApplication": c.runtime.get("subApplication"),
                "subApplicationId": c.runtime.get("subApplicationId")}
         if tree is not None:
-            out.update(readiness_wait(tree, c, now) or {})
+            out.update(local.readiness_wait(tree, c, now) or {})
         return out
 
     def _ports_of(self, c: repo.Component) -> list[int]:
@@ -375,18 +375,6 @@ class Views:
                                                   principal)).one()
             marked = conn.execute(select(func.max(hosts_table.c.updated))).scalar()
         return "%d.%s.%s" % (n, changes, marked)
-
-
-def readiness_wait(tree: Deployment, c: repo.Component, now: float) -> dict | None:
-    """For a process that awaits its readiness: what it waits for and for how long (since it
-    was marked starting), as ``local.waiting`` says; None for any other component."""
-    if c.observed != states.STARTING or c.type != "process":
-        return None
-    node = tree.find(c.path)
-    ready = node.attributes.get("readiness") if node is not None else None
-    if not isinstance(ready, dict) or not ready or node.attributes.get("run_to_completion"):
-        return None
-    return local.waiting(ready, c.updated, now)
 
 
 def _history(rows: list[tuple]) -> list[dict]:

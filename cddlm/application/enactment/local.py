@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from cddlm import netsafe
-from cddlm.application.enactment import confine, logs, procfs
+from cddlm.application.enactment import confine, logs, procfs, states
 from cddlm.application.enactment.confine import Account, Escape
 from cddlm.budget import PatternError, user_regex
 from cddlm.config import Settings
@@ -652,6 +652,19 @@ def readiness(ready: dict, workdir: str, networks: tuple[str, ...],
             return None
         return "log line /%s/ not seen" % ready["log"]
     return None
+
+
+def readiness_wait(tree: Any, c: Any, now: float) -> dict | None:
+    """For a process that awaits its readiness (``c``, a component row of the deployment
+    ``tree``): what it waits for and for how long (since it was marked starting), as
+    ``waiting`` says; None for any other component."""
+    if c.observed != states.STARTING or c.type != "process":
+        return None
+    node = tree.find(c.path)
+    ready = node.attributes.get("readiness") if node is not None else None
+    if not isinstance(ready, dict) or not ready or node.attributes.get("run_to_completion"):
+        return None
+    return waiting(ready, c.updated, now)
 
 
 def waiting(ready: dict, since: float, now: float) -> dict:
