@@ -335,14 +335,14 @@ class Service:
                                      properties=props, loader=Loader.for_portal(self.settings),
                                      limits=self.settings.limits, version=descriptor.version)
         deployment = result.deployment
-        tenancy.check_components(principal.admin, sum(1 for _ in deployment.walk()),
-                                 self.settings.quotas)
+        nodes = dict(deployment.walk())
+        tenancy.check_components(principal.admin, len(nodes), self.settings.quotas)
         with self.store.read() as conn:
             used = self._used_capacity(conn)
             down = set(repo.down_hosts(conn))
         placement, audit = self.placer.place(deployment, used, down, app.hostname)
         for path, where in placement.items():   # what each placed component holds, for _used_capacity
-            where["demand"] = dict(deployment.find(path).attributes.get("demand") or {})
+            where["demand"] = dict(nodes[path].attributes.get("demand") or {})
         validate_only = understood.get(opts.VALIDATE_ONLY)
         if validate_only is not None and validate_only.value:
             return
