@@ -273,3 +273,42 @@ def test_the_exit_watcher_hands_over_a_burst_of_exits_together(tmp_path):
         for p in procs:
             p.wait()
         watcher.close()
+
+
+def test_the_exit_watcher_forgets_processes_it_is_told_to_and_reports_the_rest(tmp_path):
+    """A stop forgets the processes it stops (their ends are its outcomes); the others are
+    still reported, and a forgotten pidfd is closed by the watcher thread, not leaked."""
+    import subprocess
+    from cddlm.application.enactment.watch import ExitWatcher
+    seen: list = []
+    done = threading.Event()
+
+    def on_exit(keys: list) -> None:
+        seen.extend(keys)
+        if any(k == "kept" for k in keys):
+            done.set()
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    watcher = ExitWatcher(on_exit)
+    forgotten = [subprocess.Popen(["sleep", "0.3"]) for _ in range(20)]
+    kept = subprocess.Popen(["sleep", "0.6"])
+    try:
+        before = open_fds()
+        for i, p in enumerate(forgotten):
+            assert watcher.watch(p.pid, "forgotten%d" % i)
+        assert watcher.watch(kept.pid, "kept")
+        assert open_fds() == before + 21
+        watcher.forget([p.pid for p in forgotten] + [999999999])   # an unknown pid is ignored
+        assert len(watcher) == 1 and not watcher.watching(forgotten[0].pid)
+        assert done.wait(10)
+        assert seen == ["kept"]
+        deadline = time.monotonic() + 5
+        while open_fds() > before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert open_fds() == before
+    finally:
+        for p in forgotten + [kept]:
+            p.wait()
+        watcher.close()

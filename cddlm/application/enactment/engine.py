@@ -321,8 +321,11 @@ class Engine:
         gone = [i.id for i in batch.items if i.path not in rows]
         if gone:
             with self.store.write() as conn:
+                repo.lock_app(conn, batch.app_id)
                 queue.finish_many(conn, gone)
+                _, added = reconcile(conn, batch.app_id, self.clock())
             batch.held.difference_update(gone)
+            self._after(added)
         items = [i for i in batch.items if i.path in rows]
         if app is None or not items:
             return
@@ -434,6 +437,9 @@ class Engine:
             repo.set_observed(conn, batch.app_id, [(c.path, observed) for c in comps], now)
         for comp in comps:
             comp.observed = observed
+        if observed == states.STOPPING and self.watcher is not None:
+            # their ends are the stop's outcomes: the watcher need not report them too
+            self.watcher.forget([c.pid for c in comps if c.pid and self._watchable(c.host)])
 
     def _record(self, batch: "_Batch", pairs: list[tuple[queue.Item, Outcome]]) -> None:
         """Record the outcomes of some of a batch's items, and reconcile once."""
@@ -453,7 +459,11 @@ class Engine:
                     if item.path in current:
                         self._apply(conn, app, current[item.path], outcome, now)
             before = app.event_seq if app else 0
-            after_app, added = reconcile(conn, batch.app_id, now)
+            # a stop queues nothing after it and the application's end needs every stop: the
+            # record of its last stop reconciles, not each (each reads every component; the
+            # records of one application are serialised by its lock)
+            settle = batch.action != "stop" or not queue.pending(conn, batch.app_id, "stop")
+            after_app, added = reconcile(conn, batch.app_id, now) if settle else (app, False)
             events = after_app is not None and after_app.event_seq != before
         batch.held.difference_update(ids)
         unwatched = {item.path for item, outcome in pairs

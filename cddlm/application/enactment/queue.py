@@ -55,6 +55,15 @@ def queued(conn: Connection, app_id: str) -> set[tuple[str, str]]:
     return {(p, a) for p, a in conn.execute(_QUEUED, {"app_id": app_id})}
 
 
+_PENDING = select(work.c.id).where(work.c.app_id == bindparam("app_id"),
+                                   work.c.action == bindparam("action")).limit(1)
+
+
+def pending(conn: Connection, app_id: str, action: str) -> bool:
+    """Whether an item of this application and action is still queued, held by anyone."""
+    return conn.execute(_PENDING, {"app_id": app_id, "action": action}).first() is not None
+
+
 def supersede(conn: Connection, app_id: str, generation: int) -> None:
     """A newer intent: drop older items nobody holds (held ones stop at their next step)."""
     conn.execute(_SUPERSEDE, {"app_id": app_id, "generation": generation})

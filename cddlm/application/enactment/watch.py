@@ -28,6 +28,7 @@ class ExitWatcher:
         self._fds: dict[int, tuple[int, object]] = {}    # fd -> (pid, key)
         self._pids: dict[int, int] = {}                  # pid -> fd
         self._lock = threading.Lock()
+        self._closing: list[int] = []                    # forgotten, to be closed by the thread
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -56,6 +57,22 @@ class ExitWatcher:
             pass           # the pipe is full: the thread is awake anyway
         return True
 
+    def forget(self, pids: list[int]) -> None:
+        """Stop watching these processes (their ends are looked after elsewhere)."""
+        with self._lock:
+            for pid in pids:
+                fd = self._pids.pop(pid, None)
+                if fd is None:
+                    continue
+                del self._fds[fd]
+                try:
+                    self._poll.unregister(fd)
+                except (KeyError, OSError):
+                    pass
+                # closed by the watcher thread before its next wait: a poll in progress may
+                # still name this fd, and its number must not be reused until that is done
+                self._closing.append(fd)
+
     def watching(self, pid: int | None) -> bool:
         with self._lock:
             return pid in self._pids
@@ -65,6 +82,10 @@ class ExitWatcher:
             return len(self._fds)
 
     def _ready(self, timeout_ms: int) -> list[object]:
+        with self._lock:
+            closing, self._closing = self._closing, []
+        for fd in closing:
+            os.close(fd)
         try:
             ready = self._poll.poll(timeout_ms / 1000.0)
         except InterruptedError:
@@ -80,15 +101,16 @@ class ExitWatcher:
                 continue
             with self._lock:
                 entry = self._fds.pop(fd, None)
+                if entry is None:
+                    continue    # forgotten meanwhile: closed before the next wait
                 try:
                     self._poll.unregister(fd)
                 except (KeyError, OSError):
                     pass
-                if entry is not None and self._pids.get(entry[0]) == fd:
+                if self._pids.get(entry[0]) == fd:
                     del self._pids[entry[0]]
             os.close(fd)
-            if entry is not None:
-                keys.append(entry[1])
+            keys.append(entry[1])
         return keys
 
     def _run(self) -> None:
@@ -115,9 +137,10 @@ class ExitWatcher:
             pass
         self._thread.join(timeout=5)
         with self._lock:
-            for fd in list(self._fds):
+            for fd in list(self._fds) + self._closing:
                 os.close(fd)
             self._fds.clear()
+            self._closing.clear()
             self._pids.clear()
         os.close(self._wake_r)
         os.close(self._wake_w)
