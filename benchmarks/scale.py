@@ -7,13 +7,14 @@ Starts ``cddlm portal serve`` (SQLite in a temporary directory; ``--postgres``: 
 in the local PostgreSQL, database ``test``; ``--portals 2``: two portals sharing it, the work
 created through the first), then for each N:
 
-- the floor: the seconds to spawn N ``sleep`` processes directly, through the same pid-file
-  wrapper and in their own sessions (as the local runner does), measured in the same run;
+- the floors: the seconds to spawn N ``sleep`` processes directly, through the same pid-file
+  wrapper and in their own sessions (as the local runner does), and to stop them (TERM to each
+  process group, then every one reaped), measured in the same run;
 - create -> running of one application of N ``sleep`` components (create, initialize, run,
   then ``api:state`` polled), with the ratio to the floor;
 - the portal's CPU (user + system, from /proc) spent getting there;
 - idle CPU, in per cent of one core, over ``--idle`` seconds with the N processes running;
-- terminate -> terminated, and the CPU spent;
+- terminate -> terminated, with the ratio to the stop floor, and the CPU spent;
 - with ``--restart``: the portal is SIGKILLed with the N processes running and started again
   on its port: the seconds until it answers, with every process running and re-adopted.
 
@@ -51,8 +52,9 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def spawn_floor(n: int, tmp: str) -> float:
-    """Seconds to start n ``sleep`` processes as the runner does (wrapper, own session, logs)."""
+def floors(n: int, tmp: str) -> tuple[float, float]:
+    """Seconds to start n ``sleep`` processes as the runner does (wrapper, own session, logs),
+    and to stop them as it does (TERM to each process group, all reaped)."""
     procs = []
     base = os.path.join(tmp, "floor-%d" % n)
     started = time.perf_counter()
@@ -65,13 +67,15 @@ def spawn_floor(n: int, tmp: str) -> float:
                                            "sleep", "3600"], cwd=d, stdin=subprocess.DEVNULL,
                                           stdout=out, stderr=err, start_new_session=True,
                                           close_fds=True))
-    elapsed = time.perf_counter() - started
+    spawn = time.perf_counter() - started
+    started = time.perf_counter()
     for p in procs:
-        p.kill()
+        os.killpg(p.pid, signal.SIGTERM)
     for p in procs:
         p.wait()
+    stop = time.perf_counter() - started
     shutil.rmtree(base, ignore_errors=True)
-    return elapsed
+    return spawn, stop
 
 
 class Portal:
@@ -154,11 +158,12 @@ def wait_state(c: Conn, path: str, state: str, timeout: float) -> None:
 
 class Profile:
     """``py-spy record`` of the first portal over one phase (``--profile DIR``), raw
-    flamegraph text in DIR/NAME.txt; nothing without DIR."""
+    flamegraph text in DIR/NAME.txt; nothing without DIR. Only the thread holding the GIL is
+    sampled: where the portal's Python time goes, not threads waiting for it."""
 
     def __init__(self, portals: list[Portal], folder: str | None, name: str):
         self.cmd = None if not folder else [
-            os.path.join(os.path.dirname(sys.executable), "py-spy"), "record", "-p",
+            os.path.join(os.path.dirname(sys.executable), "py-spy"), "record", "--gil", "-p",
             str(portals[0].proc.pid), "--nonblocking", "-f", "raw", "-o",
             os.path.join(folder, name + ".txt")]
 
@@ -176,7 +181,7 @@ class Profile:
 
 def one_app(c: Conn, portals: list[Portal], n: int, tmp: str, idle: float,
             profile: str | None = None, restart: bool = False) -> dict:
-    floor = spawn_floor(n, tmp)
+    floor, stop_floor = floors(n, tmp)
     body = descriptor(n)
     with Profile(portals, profile, "start-%d" % n):
         cpu0, t0 = cpu_of(portals), time.perf_counter()
@@ -200,7 +205,7 @@ def one_app(c: Conn, portals: list[Portal], n: int, tmp: str, idle: float,
         wait_state(c, path, "terminated", 600)
         down, down_cpu = time.perf_counter() - t0, cpu_of(portals) - cpu0
     c.post(path, "<api:destroyRequest/>")
-    return dict(n=n, floor=floor, up=up, up_cpu=up_cpu, idle=idle_cpu, down=down, down_cpu=down_cpu,
+    return dict(n=n, floor=floor, stop_floor=stop_floor, up=up, up_cpu=up_cpu, idle=idle_cpu, down=down, down_cpu=down_cpu,
                 back=back)
 
 
@@ -286,25 +291,28 @@ def main() -> int:
         c = Client(portals[0].base)
         print("scale (%s, %d portal%s, %d cores)" % ("PostgreSQL" if db else "SQLite", len(portals),
                                                     "s" if len(portals) > 1 else "", os.cpu_count()))
-        print("%8s %10s %10s %7s %9s %8s %11s %9s" % (
-            "N", "floor", "create->", "ratio", "CPU", "idle", "terminate->", "CPU"))
-        print("%8s %10s %10s %7s %9s %8s %11s %9s" % (
-            "", "(spawn)", "running", "", "(start)", "CPU", "terminated", "(stop)"))
+        print("%8s %10s %10s %7s %9s %8s %10s %11s %7s %9s" % (
+            "N", "floor", "create->", "ratio", "CPU", "idle", "floor", "terminate->", "ratio",
+            "CPU"))
+        print("%8s %10s %10s %7s %9s %8s %10s %11s %7s %9s" % (
+            "", "(spawn)", "running", "", "(start)", "CPU", "(stop)", "terminated", "", "(stop)"))
         rows = []
         for n in [int(x) for x in args.sizes.split(",") if x]:
             r = one_app(c, portals, n, tmp, args.idle, args.profile, args.restart)
             c = Client(portals[0].base)
             rows.append(r)
-            print("%8d %9.2fs %9.2fs %6.1fx %8.2fs %7.1f%% %10.2fs %8.2fs" % (
-                n, r["floor"], r["up"], r["up"] / r["floor"], r["up_cpu"], r["idle"], r["down"],
-                r["down_cpu"]) + ("   restart: answering in %.1fs, all re-adopted" % r["back"]
+            print("%8d %9.2fs %9.2fs %6.1fx %8.2fs %7.1f%% %9.2fs %10.2fs %6.1fx %8.2fs" % (
+                n, r["floor"], r["up"], r["up"] / r["floor"], r["up_cpu"], r["idle"],
+                r["stop_floor"], r["down"], r["down"] / r["stop_floor"], r["down_cpu"]) + ("   restart: answering in %.1fs, all re-adopted" % r["back"]
                                   if r["back"] is not None else ""), flush=True)
         by_n = {r["n"]: r for r in rows}
         if 1000 in by_n and 10000 in by_n:
             a, b = by_n[1000], by_n[10000]
-            print("10,000 / 1,000: create->running %.1fx (floor %.1fx), terminate %.1fx, "
-                  "start CPU %.1fx" % (b["up"] / a["up"], b["floor"] / a["floor"],
-                                       b["down"] / a["down"], b["up_cpu"] / a["up_cpu"]))
+            print("10,000 / 1,000: create->running %.1fx (floor %.1fx), terminate %.1fx "
+                  "(floor %.1fx), start CPU %.1fx, stop CPU %.1fx" % (
+                      b["up"] / a["up"], b["floor"] / a["floor"], b["down"] / a["down"],
+                      b["stop_floor"] / a["stop_floor"], b["up_cpu"] / a["up_cpu"],
+                      b["down_cpu"] / a["down_cpu"]))
         if args.apps:
             r = many_apps(portals, args.apps, args.idle)
             print("%d applications of 1 process: all running in %.1fs, idle CPU %.1f%%, "
