@@ -312,3 +312,45 @@ def test_the_exit_watcher_forgets_processes_it_is_told_to_and_reports_the_rest(t
         for p in forgotten + [kept]:
             p.wait()
         watcher.close()
+
+
+def test_a_flat_application_is_reconciled_once_per_action_not_per_record(tmp_path, monkeypatch):
+    """A reconcile reads every component of the application; the records of a deploy, start
+    or stop whose outcomes are all the expected ones reconcile only at the last of them (the
+    plan has nothing to say before), so N components cost O(N) reads of the tree per action,
+    not O(N) per record. A failure still reconciles at once (tests/test_components.py)."""
+    from xml.sax.saxutils import escape
+    from cddlm.application.enactment import engine as engine_module
+    from tests.conftest import _terminate_all, make_portal
+    from tests.test_components import comp, deploy, wait
+    calls: list[str] = []
+    real = engine_module.reconcile
+
+    def counting(conn, app_id, now):
+        calls.append(app_id)
+        return real(conn, app_id, now)
+
+    monkeypatch.setattr(engine_module, "reconcile", counting)
+    # records come at least every 0.25 s: a slow start and stop make several of each
+    monkeypatch.setattr(engine_module, "REPORT_EVERY", 0.0)
+    portal = make_portal(tmp_path, liveness_interval=60)
+    try:
+        # ready one after another over about a second; each takes a while to stop too
+        script = ('trap "sleep 0.$((%d %% 8)); exit 0" TERM; sleep 0.$((%d %% 9)); touch ready; '
+                  'sleep 300 & wait; wait')
+        body = "".join(comp("p%d" % i, argv=["sh", "-c", escape(script % (i, i))],
+                            readiness={"file": "ready", "interval": "0.02"})
+                       for i in range(200))
+        app_id = deploy(portal, body)
+        assert wait(portal, app_id, "running", timeout=60) == "running"
+        up = calls.count(app_id)
+        calls.clear()
+        portal.service.terminate(app_id, "done")
+        assert wait(portal, app_id, "terminated", timeout=60) == "terminated"
+        down = calls.count(app_id)
+        # deploy and start: one each (one batch holds these 200 items); stop: one
+        assert up <= 3, up          # (8 when each record reconciled)
+        assert down <= 2, down      # (3)
+    finally:
+        _terminate_all(portal)
+        portal.stop()

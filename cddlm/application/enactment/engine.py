@@ -59,6 +59,9 @@ REPORT_EVERY = 0.25             # seconds between records of one batch's outcome
 IDLE_WAIT = 1.0                 # seconds an idle worker sleeps between looks at the queue
 FULL_SWEEP = 15                 # liveness passes between reads of every running process
 INTENT_CHECK = 0.5              # seconds between looks for a newer intent while waiting
+SETTLE_EVERY = 2.0              # seconds: a batch's records reconcile at least this often
+# the outcome of each action after which the plan waits for the rest of the action's items
+QUIET_OUTCOME = {"deploy": "deployed", "start": "running", "stop": "stopped"}
 
 
 class Superseded(Exception):
@@ -459,12 +462,11 @@ class Engine:
                     if item.path in current:
                         self._apply(conn, app, current[item.path], outcome, now)
             before = app.event_seq if app else 0
-            # a stop queues nothing after it and the application's end needs every stop: the
-            # record of its last stop reconciles, not each (each reads every component; the
-            # records of one application are serialised by its lock)
-            settle = batch.action != "stop" or not queue.pending(conn, batch.app_id, "stop")
+            settle = app is None or self._settles(conn, batch, app, pairs)
             after_app, added = reconcile(conn, batch.app_id, now) if settle else (app, False)
             events = after_app is not None and after_app.event_seq != before
+        if settle:
+            batch.settled = time.monotonic()
         batch.held.difference_update(ids)
         unwatched = {item.path for item, outcome in pairs
                      if outcome.pid and outcome.event == "running"
@@ -473,6 +475,35 @@ class Engine:
         if unwatched:
             self._check(batch.app_id, unwatched)
         self._after(added, events)
+
+    def _settles(self, conn, batch: "_Batch", app: repo.App,
+                 pairs: list[tuple[queue.Item, Outcome]]) -> bool:
+        """Whether a record must reconcile the application (which reads all its components).
+        Not while more of the same action is queued and every outcome is the one the plan
+        waits for (deployed, running, stopped): the plan has nothing new to say until the last
+        of them (the application's next event needs them all), except that a component
+        running in a ``sequence`` lets the next one start. Containers' derived states (where
+        there are containers) are brought up to date at least every ``SETTLE_EVERY`` seconds.
+        The records of one application are serialised by its lock, so the last one always
+        reconciles."""
+        quiet = QUIET_OUTCOME.get(batch.action)
+        if quiet is None or any(outcome.event != quiet for _, outcome in pairs):
+            return True
+        if batch.containers is None:
+            batch.containers = any(n.type in states.CONTAINERS for n in self._tree(app)[1].values())
+        if batch.containers and time.monotonic() - batch.settled >= SETTLE_EVERY:
+            return True
+        if batch.action == "start" and any(self._in_sequence(app, item.path) for item, _ in pairs):
+            return True
+        return not queue.pending(conn, batch.app_id, batch.action)
+
+    def _in_sequence(self, app: repo.App, path: str) -> bool:
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            node = self.node(app, "/".join(parts[:depth]))
+            if node is not None and node.type == "sequence":
+                return True
+        return False
 
     def _after(self, added: bool, events: bool = False) -> None:
         if added:
@@ -738,6 +769,8 @@ class _Batch:
         self.generation = items[0].generation
         self.held = {i.id for i in items}
         self.hosts: dict[str, str | None] = {}     # path -> host, of the items enacted
+        self.settled = time.monotonic()             # when its records last reconciled
+        self.containers: bool | None = None         # whether its application has containers
 
 
 def _by_path(app_id: str, comp: repo.Component) -> Target:
