@@ -427,10 +427,16 @@ def insert_components(conn: Connection, rows: list[dict]) -> None:
         conn.execute(insert(components), rows)
 
 
-def update_component(conn: Connection, app_id: str, path: str, **values: Any) -> int:
-    if "runtime" in values and not isinstance(values["runtime"], (str, type(None))):
-        values["runtime"] = json.dumps(values["runtime"], sort_keys=True)
-    return conn.execute(_UPDATE_COMPONENT, dict(values, _app_id=app_id, _path=path)).rowcount
+def update_components(conn: Connection, app_id: str, changes: list[tuple[str, dict]]) -> None:
+    """Update many components, ``changes`` of (path, values): one executemany per shape of
+    values (the outcomes of a batch are mostly of one shape)."""
+    shapes: dict[tuple, list[dict]] = {}
+    for path, values in changes:
+        if "runtime" in values and not isinstance(values["runtime"], (str, type(None))):
+            values = dict(values, runtime=json.dumps(values["runtime"], sort_keys=True))
+        shapes.setdefault(tuple(sorted(values)), []).append(dict(values, _app_id=app_id, _path=path))
+    for rows in shapes.values():
+        conn.execute(_UPDATE_COMPONENT, rows)
 
 
 _SET_OBSERVED = update(components).where(components.c.app_id == bindparam("_app_id"),

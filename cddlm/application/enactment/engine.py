@@ -277,9 +277,9 @@ class Engine:
                 if item.attempts >= 5:
                     comp = repo.get_component(conn, item.app_id, item.path)
                     if comp is not None and comp.observed in states.LIVE:
-                        repo.update_component(conn, item.app_id, item.path, observed=states.FAILED,
-                                              info="internal error during %s" % item.action,
-                                              updated=now)
+                        repo.update_components(conn, item.app_id, [(item.path, dict(
+                            observed=states.FAILED, updated=now,
+                            info="internal error during %s" % item.action))])
                     queue.finish(conn, item.id)
                     reconcile(conn, item.app_id, now)
                 else:
@@ -458,9 +458,9 @@ class Engine:
             if app is not None:
                 current = {c.path: c for c in repo.get_components_at(
                     conn, batch.app_id, [item.path for item, _ in pairs])}
-                for item, outcome in pairs:
-                    if item.path in current:
-                        self._apply(conn, app, current[item.path], outcome, now)
+                changes = [(item.path, self._apply(app, current[item.path], outcome, now))
+                           for item, outcome in pairs if item.path in current]
+                repo.update_components(conn, batch.app_id, [c for c in changes if c[1]])
             before = app.event_seq if app else 0
             settle = app is None or self._settles(conn, batch, app, pairs)
             after_app, added = reconcile(conn, batch.app_id, now) if settle else (app, False)
@@ -511,8 +511,9 @@ class Engine:
         if events:
             self._notify_events()
 
-    def _apply(self, conn, app: repo.App, comp: repo.Component, outcome: Outcome, now: float) -> bool:
-        """Record one runner outcome on a component (in ``conn``). False if it was stale."""
+    def _apply(self, app: repo.App, comp: repo.Component, outcome: Outcome,
+               now: float) -> dict | None:
+        """The new values of a component after a runner's outcome; None if it was stale."""
         event = outcome.event
         attrs = {}
         if event == "failed" and comp.oneshot and outcome.exit_code == 0:
@@ -527,7 +528,7 @@ class Engine:
                 event, restart = "restart", True
         new = states.component_next(comp.observed, event)
         if new is None:
-            return False
+            return None
         runtime = dict(comp.runtime)
         runtime.update(outcome.runtime)
         values = dict(observed=new, updated=now)
@@ -548,8 +549,7 @@ class Engine:
             values["restarts"] = comp.restarts + 1
             values["info"] = "restarted after: %s" % (outcome.info or "exit")
         values["runtime"] = runtime
-        repo.update_component(conn, app.id, comp.path, **values)
-        return True
+        return values
 
     # -- liveness -----------------------------------------------------------------------------
     def _on_exit(self, keys: list) -> None:
@@ -623,7 +623,7 @@ class Engine:
             with self.store.write() as conn:
                 current_app = repo.lock_app(conn, app_id)
                 before = current_app.event_seq if current_app else 0
-                stops = []
+                stops, changes = [], []
                 current = {c.path: c for c in repo.get_components_at(conn, app_id, sorted(outcomes))} \
                     if current_app is not None else {}
                 for comp in comps:
@@ -632,10 +632,13 @@ class Engine:
                     now_row = current[comp.path]
                     if now_row.observed != comp.observed or now_row.pid != comp.pid:
                         continue   # changed meanwhile: this report is stale
-                    self._apply(conn, current_app, now_row, outcomes[comp.path], now)
+                    values = self._apply(current_app, now_row, outcomes[comp.path], now)
+                    if values:
+                        changes.append((comp.path, values))
                     recorded.add(comp.path)
                     if comp.host in down and comp.pid and comp.host in self.runners:
                         stops.append((comp.path, "stop"))   # failed with its host: stop it too
+                repo.update_components(conn, app_id, changes)
                 after, added = reconcile(conn, app_id, now) if recorded else (current_app, False)
                 if stops and current_app is not None:
                     added = queue.add(conn, app_id, stops, current_app.generation, now) > 0 or added
