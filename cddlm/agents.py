@@ -141,7 +141,7 @@ class ClientHostPortal:
         return self._do(lambda: self._app(ref).resolve(path))
 
     def probe(self) -> None:
-        self._do(lambda: self.portal._probe(self.portal.url))
+        self._do(self.portal.probe)
 
 
 def factory(settings: Settings) -> Callable[[Host], ClientHostPortal]:

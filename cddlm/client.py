@@ -338,7 +338,7 @@ class Portal:
         place (the WSDL is the same). False when none answers."""
         for candidate in dict.fromkeys([self.url] + self.peers):
             try:
-                self._probe(candidate)
+                self.probe(candidate)
             except (Unreachable, PortalFault):
                 continue
             if candidate != self.url:
@@ -347,7 +347,10 @@ class Portal:
             return True
         return False
 
-    def _probe(self, url: str) -> None:
+    def probe(self, url: str | None = None) -> None:
+        """One cheap request (``wsrf-rl:CurrentTime``) to this portal, or to ``url``: raises
+        when it does not answer."""
+        url = url or self.url
         body = etree.Element("{%s}GetResourceProperty" % ns.WSRF_RP,
                              nsmap={"wsrf-rp": ns.WSRF_RP, "wsrf-rl": ns.WSRF_RL})
         body.text = "wsrf-rl:CurrentTime"
