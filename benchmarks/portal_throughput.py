@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import urllib.parse
+import uuid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.dirname(os.path.abspath(__file__))]
@@ -35,6 +36,10 @@ API = "http://www.gridforum.org/cddlm/deployapi/2005/02"
 ENV = ('<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelope/" '
        'xmlns:api="%s" xmlns:wsrf-rp="http://docs.oasis-open.org/wsrf/rp-2" '
        'xmlns:e="urn:bench:echo"><soapenv:Body>%%s</soapenv:Body></soapenv:Envelope>' % API)
+
+# the application read and looked up: a name of this run's own (names are unique among live
+# applications, and a PostgreSQL store outlives the run); the clients, forked, share it
+TARGET = "bench-target-" + uuid.uuid4().hex[:8]
 
 
 # -- the server process ---------------------------------------------------------------------------
@@ -103,7 +108,7 @@ def client(args) -> dict:
     n = 0
     echo = (ENV % "<e:echo><e:text>hello</e:text></e:echo>").encode()
     state = (ENV % "<wsrf-rp:GetResourceProperty>api:state</wsrf-rp:GetResourceProperty>").encode()
-    lookup = (ENV % "<api:lookupRequest><api:name>bench-target</api:name></api:lookupRequest>").encode()
+    lookup = (ENV % "<api:lookupRequest><api:name>%s</api:name></api:lookupRequest>" % TARGET).encode()
     while time.perf_counter() < deadline:
         if workload == "echo":
             t0 = time.perf_counter()
@@ -164,6 +169,11 @@ def figures(merged: dict[str, list[float]], seconds: float) -> dict:
                 "n": len(v)} for k, v in merged.items()}
 
 
+def _shown(url: str) -> str:
+    from sqlalchemy.engine import make_url
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="per workload, over all rounds")
@@ -171,6 +181,8 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--threads", type=int, default=8, help="server threads")
     parser.add_argument("--db", help="database URL (default SQLite in a temporary directory)")
+    parser.add_argument("--pin", metavar="CPU", help="run the server process on these CPUs only "
+                        "(taskset -c): its threads then hand the GIL over without crossing cores")
     parser.add_argument("--serve", nargs=2, metavar=("STATE", "DB"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -179,7 +191,8 @@ def main() -> int:
     import http_servers
     waitress = http_servers.start("waitress") if http_servers.installed("waitress") else None
     with tempfile.TemporaryDirectory() as tmp:
-        server = subprocess.Popen([sys.executable, __file__, "--threads", str(args.threads),
+        pin = ["taskset", "-c", args.pin] if args.pin else []
+        server = subprocess.Popen(pin + [sys.executable, __file__, "--threads", str(args.threads),
                                    "--serve", tmp, args.db or "-"], stdout=subprocess.PIPE, cwd=ROOT)
         try:
             line = server.stdout.readline().decode()
@@ -189,11 +202,13 @@ def main() -> int:
             host = urllib.parse.urlsplit(base)
             conn = http.client.HTTPConnection(host.hostname, host.port)
             data = _post(conn, "/cddlm/portal",
-                         (ENV % "<api:createRequest><api:name>bench-target</api:name></api:createRequest>").encode())
+                         (ENV % "<api:createRequest><api:name>%s</api:name></api:createRequest>"
+                          % TARGET).encode())
             app_path = "/" + _between(data, b"Address>", b"</").split("/", 3)[3]
-            print("portal throughput (%s, %gs per run, server threads %d, %s)"
-                  % (args.db or "SQLite", args.seconds, args.threads, "2 cores" if os.cpu_count() == 2
-                     else "%d cores" % os.cpu_count()))
+            print("portal throughput (%s, %gs per run, server threads %d, %s%s)"
+                  % (_shown(args.db) if args.db else "SQLite", args.seconds, args.threads, "2 cores" if os.cpu_count() == 2
+                     else "%d cores" % os.cpu_count(), ", server on CPU %s" % args.pin if args.pin
+                     else ""))
             print("%-10s %-8s %9s %9s %9s %8s" % ("workload", "clients", "req/s", "p50 ms", "p99 ms", "count"))
             table = {}
             for clients in (1, args.clients):
