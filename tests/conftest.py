@@ -234,6 +234,13 @@ def live_portal(tmp_path):
     yield factory
     for lp in started:
         lp.stop()
+        # pytest shows a test's captured output only when it fails: then the portal's last words
+        for path in (lp.log_path, lp.state_dir / "portal.log"):
+            with contextlib.suppress(OSError), open(path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                f.seek(max(0, f.tell() - 4000))
+                sys.stderr.write("--- %s (last lines):\n%s\n" % (
+                    path, f.read().decode("utf-8", "replace")))
     kill_leftovers(tmp_path)
 
 
