@@ -181,19 +181,23 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--threads", type=int, default=8, help="server threads")
     parser.add_argument("--db", help="database URL (default SQLite in a temporary directory)")
-    parser.add_argument("--pin", metavar="CPU", help="run the server process on these CPUs only "
-                        "(taskset -c): its threads then hand the GIL over without crossing cores")
+    parser.add_argument("--pin", metavar="CPU", help="run the server's threads on these CPUs only, "
+                        "as `cddlm portal serve --cpu` does: they then hand the GIL over without "
+                        "crossing cores")
     parser.add_argument("--serve", nargs=2, metavar=("STATE", "DB"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
+        if args.pin:     # as `cddlm portal serve --cpu` does, before any thread starts
+            from cddlm import affinity
+            affinity.pin(affinity.parse(args.pin))
         serve(args.serve[0], None if args.serve[1] == "-" else args.serve[1], args.threads)
         return 0
     import http_servers
     waitress = http_servers.start("waitress") if http_servers.installed("waitress") else None
     with tempfile.TemporaryDirectory() as tmp:
-        pin = ["taskset", "-c", args.pin] if args.pin else []
-        server = subprocess.Popen(pin + [sys.executable, __file__, "--threads", str(args.threads),
-                                   "--serve", tmp, args.db or "-"], stdout=subprocess.PIPE, cwd=ROOT)
+        pin = ["--pin", args.pin] if args.pin else []
+        server = subprocess.Popen([sys.executable, __file__, "--threads", str(args.threads)] + pin
+                                  + ["--serve", tmp, args.db or "-"], stdout=subprocess.PIPE, cwd=ROOT)
         try:
             line = server.stdout.readline().decode()
             if not line.startswith("READY "):

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from lxml import etree
 
+from cddlm import affinity
 from cddlm.budget import ExpressionError, check_xpath
 from cddlm.errors import Busy, InvalidQueryExpression, QueryEvaluationError
 
@@ -70,11 +71,12 @@ class _Helper:
     """One helper process and its pipes."""
 
     def __init__(self):
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cddlm.xpathsafe"], stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
-            start_new_session=True, env={"PATH": os.environ.get("PATH", ""),
-                                         "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
+        with affinity.unpinned():   # a heavy query must not take the portal's own CPUs
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "cddlm.xpathsafe"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True,
+                start_new_session=True, env={"PATH": os.environ.get("PATH", ""),
+                                             "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
 
     def call(self, message: dict, seconds: float) -> dict | None:
         """The helper's answer, or None when it did not answer within ``seconds`` (or died)."""

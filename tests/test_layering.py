@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "cddlm"
-STDLIB_ONLY = {"errors", "ns", "config", "xsdtypes"}
+STDLIB_ONLY = {"errors", "ns", "config", "xsdtypes", "affinity"}
 RULES = {
     # package: project packages it may import (cddlm.X), and third-party modules it may not
     "lang": ({"errors", "ns", "config", "xmlsafe", "budget", "lang"},
@@ -14,7 +14,7 @@ RULES = {
     "placement": ({"errors", "placement"},
                   {"sqlalchemy", "spyne", "zeep", "apscheduler", "socket", "subprocess", "lxml"}),
     "application": ({"errors", "ns", "config", "xmlsafe", "xsdtypes", "budget", "netsafe", "lang",
-                     "placement", "application"}, {"spyne", "zeep", "apscheduler"}),
+                     "placement", "application", "affinity"}, {"spyne", "zeep", "apscheduler"}),
     "notify": ({"errors", "ns", "config", "xmlsafe", "xsdtypes", "wsa", "budget", "netsafe",
                 "xpathsafe", "application", "notify"}, {"spyne", "apscheduler"}),
     "web": ({"errors", "ns", "config", "lang", "placement", "application", "web"},
@@ -25,7 +25,7 @@ RULES = {
     "budget": ({"errors"}, {"sqlalchemy", "spyne", "zeep", "apscheduler", "socket", "subprocess",
                             "lxml", "requests"}),
     "netsafe": (set(), {"sqlalchemy", "spyne", "zeep", "apscheduler", "lxml", "requests"}),
-    "xpathsafe": ({"errors", "budget"}, {"sqlalchemy", "spyne", "zeep", "apscheduler", "requests"}),
+    "xpathsafe": ({"errors", "budget", "affinity"}, {"sqlalchemy", "spyne", "zeep", "apscheduler", "requests"}),
 }
 
 

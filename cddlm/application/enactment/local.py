@@ -38,7 +38,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from cddlm import netsafe
+from cddlm import affinity, netsafe
 from cddlm.application.enactment import confine, logs, procfs, states
 from cddlm.application.enactment.confine import Account, Escape
 from cddlm.budget import PatternError, user_regex
@@ -362,7 +362,8 @@ class LocalRunner:
         as_account = {} if account is None else dict(user=account.uid, group=account.gid,
                                                       extra_groups=[], umask=0o077)
         try:
-            with open(logs[0], "ab") as out, open(logs[1], "ab") as err:
+            # a component runs on every CPU, whatever the portal's own threads are pinned to
+            with open(logs[0], "ab") as out, open(logs[1], "ab") as err, affinity.unpinned():
                 proc = subprocess.Popen(["/bin/sh", "-c", WRAPPER, pidfile] + list(t.attributes["argv"]),
                                         cwd=cwd, env=self._env(t, workdir, account),
                                         stdin=subprocess.DEVNULL, stdout=out, stderr=err,
