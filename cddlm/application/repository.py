@@ -279,22 +279,18 @@ def view_for(conn: Connection | Store, app_id: str, portal: str, now: float) -> 
         if row is not None else None
 
 
-def all_views(conn: Connection, portal: str, now: float, owner: str | None = None,
-              limit: int | None = None) -> list[tuple[str, View | None]]:
-    """The applications (of ``owner`` only, when given; the newest ``limit`` of them, when
-    given), oldest first, each with its oldest live view through ``portal`` (None when it has
+def all_views(conn: Connection, portal: str, now: float, limit: int,
+              owner: str | None = None) -> list[tuple[str, View | None]]:
+    """The newest ``limit`` applications (of ``owner`` only, when given), oldest first, each with its oldest live view through ``portal`` (None when it has
     none). Two index reads: the page of applications, then their views."""
     a = applications.c
     query = select(a.id).where(*([a.owner == owner] if owner is not None else []))
-    if limit is not None:
-        ids = [r[0] for r in conn.execute(query.order_by(a.created.desc(), a.id.desc()).limit(limit))]
-        ids.reverse()
-    else:
-        ids = [r[0] for r in conn.execute(query.order_by(a.created, a.id))]
+    ids = [r[0] for r in conn.execute(query.order_by(a.created.desc(), a.id.desc()).limit(limit))]
+    ids.reverse()
     found: dict[str, View] = {}
     for start in range(0, len(ids), 500):     # bound the parameters of one statement
-        for view_id, app_id, view_portal, _created in conn.execute(
-                select(views.c.id, views.c.app_id, views.c.portal, views.c.created)
+        for view_id, app_id, view_portal in conn.execute(
+                select(views.c.id, views.c.app_id, views.c.portal)
                 .where(views.c.app_id.in_(ids[start:start + 500]), views.c.portal == portal,
                        _LIVE_VIEW).order_by(views.c.created.desc()), {"now": now}):
             found[app_id] = View(view_id, app_id, view_portal)   # the oldest wins (last)
@@ -429,9 +425,11 @@ def insert_components(conn: Connection, rows: list[dict]) -> None:
 
 def update_components(conn: Connection, app_id: str, changes: list[tuple[str, dict]]) -> None:
     """Update many components, ``changes`` of (path, values): one executemany per shape of
-    values (the outcomes of a batch are mostly of one shape)."""
+    values (the outcomes of a batch are mostly of one shape); an empty one changes nothing."""
     shapes: dict[tuple, list[dict]] = {}
     for path, values in changes:
+        if not values:
+            continue
         if "runtime" in values and not isinstance(values["runtime"], (str, type(None))):
             values = dict(values, runtime=json.dumps(values["runtime"], sort_keys=True))
         shapes.setdefault(tuple(sorted(values)), []).append(dict(values, _app_id=app_id, _path=path))
@@ -439,16 +437,9 @@ def update_components(conn: Connection, app_id: str, changes: list[tuple[str, di
         conn.execute(_UPDATE_COMPONENT, rows)
 
 
-_SET_OBSERVED = update(components).where(components.c.app_id == bindparam("_app_id"),
-                                         components.c.path == bindparam("_path")) \
-    .values(observed=bindparam("_observed"), updated=bindparam("_updated"))
-
-
 def set_observed(conn: Connection, app_id: str, changes: list[tuple[str, str]], now: float) -> None:
     """Set the observed state of many components in one statement (executemany)."""
-    if changes:
-        conn.execute(_SET_OBSERVED, [{"_app_id": app_id, "_path": p, "_observed": o, "_updated": now}
-                                     for p, o in changes])
+    update_components(conn, app_id, [(p, {"observed": o, "updated": now}) for p, o in changes])
 
 
 # -- WS-Security nonces ---------------------------------------------------------------------------

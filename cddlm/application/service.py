@@ -49,8 +49,6 @@ from cddlm.lang.documents import parse_xml
 from cddlm.lang.model import Deployment
 from cddlm.xsdtypes import parse_time
 
-APP_PATH = ns.APP_PATH
-app_address = ns.app_address
 
 
 @dataclass
@@ -136,7 +134,7 @@ class Service:
                     if prepared is not None:
                         self.subscriptions.insert(conn, prepared, app_id, view, portal, now,
                                                   principal=principal)
-                    repo.add_event(conn, repo.PORTAL_PRODUCER, repo.CREATED_TOPIC, 0,
+                    repo.add_event(conn, ns.PORTAL_PRODUCER, repo.CREATED_TOPIC, 0,
                                    {"ResourceId": app_id, "name": name, "timestamp": now,
                                     "view": view.id, "portal": portal}, now, owner=principal.name)
                     audit_log.record(conn, principal, "create", now, app_id=app_id,
@@ -181,7 +179,7 @@ class Service:
     def rebind(self, portal: str, address: str, resource_id: str | None, *,
                principal: Principal = LOCAL_ADMIN) -> repo.View:
         address = (address or "").strip()
-        view_id = address.rsplit(APP_PATH, 1)[1].split("?")[0].strip("/") if APP_PATH in address else None
+        view_id = address.rsplit(ns.APP_PATH, 1)[1].split("?")[0].strip("/") if ns.APP_PATH in address else None
         with self.store.read() as conn:
             view = repo.get_view(conn, view_id) if view_id else None
             if view is not None:   # a view of someone else's application is no view at all
@@ -200,7 +198,7 @@ class Service:
                 raise BadArgument("the reference's address and ResourceId name different applications")
             now = self.clock()
             live = view is not None and (view.termination_time is None or view.termination_time > now)
-            if live and address.startswith(portal.rstrip("/") + APP_PATH) and view.portal == portal:
+            if live and address.startswith(portal.rstrip("/") + ns.APP_PATH) and view.portal == portal:
                 return view
             mine = repo.view_for(conn, resource_id, portal, now)
         return mine or self._bind(resource_id, portal)
@@ -210,7 +208,7 @@ class Service:
         applications ``principal`` may see, oldest first (``list_applications`` pages through
         them all). Applications with no view here get one, in one transaction."""
         with self.store.read() as conn:
-            pairs = repo.all_views(conn, portal, self.clock(), owner=_owner_filter(principal),
+            pairs = repo.all_views(conn, portal, self.clock(), owner=tenancy.owner_scope(principal),
                                    limit=self.settings.limits.max_listed_references)
         missing = [app_id for app_id, view in pairs if view is None]
         if missing:
@@ -235,7 +233,7 @@ class Service:
                               "marker)" % lim.max_list_page)
         position = listing_position(after) if after is not None else None
         with self.store.single() as conn:
-            rows = repo.list_apps(conn, limit + 1, position, owner=_owner_filter(principal))
+            rows = repo.list_apps(conn, limit + 1, position, owner=tenancy.owner_scope(principal))
         page = [{"id": r.id, "name": r.name, "state": r.state, "created": r.created,
                  "owner": r.owner} for r in rows[:limit]]
         more = len(rows) > limit
@@ -626,11 +624,6 @@ class Service:
                              detail="%s%s" % (name, ": " + reason if reason else ""))
         if down and self.engine is not None:
             self.engine.check_all(host=name)
-
-
-def _owner_filter(principal: Principal) -> str | None:
-    """The owner a listing is limited to (None: everyone's, for an administrator)."""
-    return None if principal.admin else principal.name
 
 
 def listing_marker(created: float, app_id: str) -> str:

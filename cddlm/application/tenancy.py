@@ -62,8 +62,9 @@ def require_admin(principal: Principal, what: str) -> None:
         raise NotAuthorized("%s is for administrators; %s is not one" % (what, principal.name))
 
 
-def subscription_scope(principal: Principal) -> str | None:
-    """Whose applications a subscription to the portal's ApplicationCreated topic hears of."""
+def owner_scope(principal: Principal) -> str | None:
+    """Whose applications a principal may see in a listing or hear of through a subscription
+    to the portal's ApplicationCreated topic (None: everyone's, for an administrator)."""
     return None if principal.admin else principal.name
 
 

@@ -9,6 +9,7 @@ import sys
 from cddlm import ns
 from cddlm.cli import common, output
 from cddlm.cli.common import CliError
+from cddlm.config import Limits
 
 A, EXT = "{%s}" % ns.API, "{%s}" % ns.EXT
 
@@ -26,7 +27,7 @@ def applications(portal) -> list[dict]:
             for r in portal.each_application(LS_PAGE)]
 
 
-LS_PAGE = 10_000    # the most a portal sends in one page (Limits.max_list_page)
+LS_PAGE = Limits.max_list_page    # the most a portal sends in one page
 
 
 def cmd_ls(args: argparse.Namespace) -> int:

@@ -9,7 +9,7 @@ import sys
 import urllib.parse
 
 from cddlm import ns
-from cddlm.config import DEFAULT_PORTAL
+from cddlm.config import DEFAULT_PORTAL, Limits
 
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 ID_PREFIX = re.compile(r"^[0-9a-f][0-9a-f-]{3,}$", re.I)     # at least 4 characters, as git
@@ -138,7 +138,7 @@ def lookup(portal, app: str):
             if e.fault != "NoSuchApplicationFault":
                 raise
     elif ID_PREFIX.match(bare):
-        found = [a["id"] for a in portal.each_application(10_000)
+        found = [a["id"] for a in portal.each_application(Limits.max_list_page)
                  if a["id"].lower().startswith("urn:uuid:" + bare.lower())]
         if len(found) == 1:
             return portal.lookup(found[0])

@@ -30,8 +30,7 @@ from urllib.parse import urlsplit
 
 from lxml import etree
 
-from cddlm import wsa, xmlsafe
-from cddlm.application.repository import PORTAL_PRODUCER
+from cddlm import ns, wsa, xmlsafe
 from cddlm.application.store import Store
 from cddlm.config import Settings
 from cddlm.errors import Busy, QueryError, StoreUnavailable
@@ -220,7 +219,7 @@ class Delivery:
         views: dict[tuple, str | None] = {}
         out = {}
         for b in batches:
-            if me is None or b.producer == PORTAL_PRODUCER:
+            if me is None or b.producer == ns.PORTAL_PRODUCER:
                 out[b.sub_id] = (me or b.portal, b.view)
                 continue
             key = (b.producer, b.view)

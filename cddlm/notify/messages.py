@@ -26,8 +26,6 @@ from cddlm.xsdtypes import format_datetime
 A = "{%s}" % ns.API
 WSNT = "{%s}" % ns.WSNT
 NOTIFY_ACTION = ns.WSNTW + "/NotificationConsumer/Notify"
-MANAGER_PATH, PORTAL_PATH, PORTAL_PRODUCER = ns.MANAGER_PATH, ns.PORTAL_PATH, ns.PORTAL_PRODUCER
-app_address = ns.app_address
 
 
 def _sub(parent: etree._Element, local: str, value: object) -> etree._Element:
@@ -100,7 +98,7 @@ def created_event(data: dict) -> etree._Element:
     _sub(el, "ResourceId", data["ResourceId"])
     if data.get("name"):
         _sub(el, "name", data["name"])
-    el.append(wsa.epr(A + "applicationReference", app_address(data["portal"], data["view"]),
+    el.append(wsa.epr(A + "applicationReference", ns.app_address(data["portal"], data["view"]),
                       data["ResourceId"]))
     _sub(el, "timestamp", format_datetime(float(data["timestamp"])))
     return el
@@ -124,11 +122,11 @@ SAMPLES = {  # a message of each producer kind, to try message-content filters o
 # -- references -------------------------------------------------------------------------------
 def portal_address(portal: str) -> str:
     """The portal endpoint of the portal at base URL ``portal``."""
-    return portal.rstrip("/") + PORTAL_PATH
+    return portal.rstrip("/") + ns.PORTAL_PATH
 
 
 def manager_address(portal: str, sub_id: str) -> str:
-    return portal.rstrip("/") + MANAGER_PATH + sub_id
+    return portal.rstrip("/") + ns.MANAGER_PATH + sub_id
 
 
 def resource_id(sub_id: str | uuid.UUID) -> str:
@@ -141,9 +139,9 @@ def subscription_reference(tag: str, portal: str, sub_id: str) -> etree._Element
 
 
 def producer_reference(tag: str, portal: str, producer: str, view: str | None) -> etree._Element:
-    if producer == PORTAL_PRODUCER:
+    if producer == ns.PORTAL_PRODUCER:
         return wsa.epr(tag, portal_address(portal))
-    return wsa.epr(tag, app_address(portal, view or ""), producer)
+    return wsa.epr(tag, ns.app_address(portal, view or ""), producer)
 
 
 # -- Notify -----------------------------------------------------------------------------------

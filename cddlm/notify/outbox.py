@@ -31,7 +31,7 @@ from sqlalchemy import (and_, bindparam, case, delete, exists, func, insert, or_
                         tuple_, update)
 from sqlalchemy.engine import Connection
 
-from cddlm.application.repository import PORTAL_PRODUCER
+from cddlm import ns
 from cddlm.application.tables import applications, deliveries, engines, events, subscriptions
 from cddlm.config import Settings
 from cddlm.notify.records import ENDED, FAILED, LIVE
@@ -76,9 +76,9 @@ class Outcome:
 # -- fan-out ----------------------------------------------------------------------------------
 # a subscription to the portal hears of the applications of its scope (a user: their own)
 _MATCHES = and_(s.producer == e.producer, s.topic == e.topic, s.status.in_(LIVE), _UNEXPIRED,
-                or_(and_(e.producer == PORTAL_PRODUCER, e.created >= s.created - PORTAL_SLACK,
+                or_(and_(e.producer == ns.PORTAL_PRODUCER, e.created >= s.created - PORTAL_SLACK,
                          or_(s.scope.is_(None), s.scope == e.owner)),
-                    and_(e.producer != PORTAL_PRODUCER, e.seq > s.start_seq)))
+                    and_(e.producer != ns.PORTAL_PRODUCER, e.seq > s.start_seq)))
 _IN_IDS = e.id.in_(bindparam("ids", expanding=True))
 # the range lets (producer, topic, id) serve the join, not every event of the producer
 _IN_RANGE = and_(e.id.between(bindparam("low"), bindparam("high")), _IN_IDS)
@@ -347,7 +347,7 @@ def prune_events(conn: Connection, now: float, retention: float, after: int | No
     newer = events.alias("newer")
     has_newer = exists().where(newer.c.producer == e.producer, newer.c.topic == e.topic,
                                newer.c.id > e.id)
-    gone_app = and_(e.producer != PORTAL_PRODUCER, ~exists().where(applications.c.id == e.producer))
+    gone_app = and_(e.producer != ns.PORTAL_PRODUCER, ~exists().where(applications.c.id == e.producer))
     window = ([e.id > after] if after is not None else []) + ([e.id <= upto] if upto is not None else [])
     return conn.execute(delete(events).where(
         *window, e.fanned_out.is_(True), e.created < now - retention,

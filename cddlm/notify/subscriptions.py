@@ -97,7 +97,7 @@ class Subscriptions:
                 if start is None:
                     raise ResourceUnknown("application %s does not exist" % producer)
             else:
-                scope = tenancy.subscription_scope(principal)
+                scope = tenancy.owner_scope(principal)
             tenancy.check_subscriptions(conn, principal, self.settings.quotas, now)
             sub_id = records.insert_subscription(conn, request, producer, view, portal, start, now,
                                                  principal.name, scope)
@@ -110,7 +110,7 @@ class Subscriptions:
     def current_message(self, topic_el: etree._Element, kind: str, producer: str, *,
                         principal: Principal = LOCAL_ADMIN) -> etree._Element:
         topic = topics.topic_of(topic_el, kind)
-        scope = tenancy.subscription_scope(principal) if kind != topics.APPLICATION else None
+        scope = tenancy.owner_scope(principal) if kind != topics.APPLICATION else None
         with self.store.read() as conn:
             data = records.latest_event(conn, producer, topic, scope)
         if data is None:

@@ -14,7 +14,7 @@ from lxml import etree
 
 from cddlm import __version__, ns, wsa
 from cddlm.application import options as opts
-from cddlm.application.repository import PORTAL_PRODUCER, App
+from cddlm.application.repository import App
 from cddlm.application.secrets import visible_properties
 from cddlm.application.service import Service, SubApplication
 from cddlm.application.views import Views
@@ -456,7 +456,7 @@ class Handlers:
         }
         if self.subscriptions is not None:
             portal_ops.update(self.subscriptions.producer_operations(
-                topics.PORTAL, lambda req: (PORTAL_PRODUCER, None)))
+                topics.PORTAL, lambda req: (ns.PORTAL_PRODUCER, None)))
             app_ops.update(self.subscriptions.producer_operations(topics.APPLICATION, self.producer))
         return Endpoint("portal", portal_ops), Endpoint("application", app_ops)
 

@@ -11,7 +11,7 @@ from cddlm import ns, wsa
 from cddlm.application.options import Option
 from cddlm.application.repository import View
 from cddlm.application.secrets import HIDDEN
-from cddlm.application.service import DescriptorInput, app_address
+from cddlm.application.service import DescriptorInput
 from cddlm.errors import BadArgument
 from cddlm.xmlsafe import clean
 from cddlm.xsdtypes import format_datetime, parse_boolean
@@ -53,7 +53,7 @@ def timestamp(local: str, ts: float) -> etree._Element:
 
 
 def app_reference(view: View, tag: str = q("applicationReference")) -> etree._Element:
-    return wsa.epr(tag, app_address(view.portal, view.id), view.app_id)
+    return wsa.epr(tag, ns.app_address(view.portal, view.id), view.app_id)
 
 
 # -- options, properties, descriptors ----------------------------------------------------------

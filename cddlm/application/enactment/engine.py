@@ -253,11 +253,15 @@ class Engine:
 
     def _drop(self, batch: "_Batch") -> None:
         """Forget superseded items and let the newer intent plan the next work."""
+        self._finish(batch, set(batch.held))
+
+    def _finish(self, batch: "_Batch", ids: set[int]) -> None:
+        """Forget these items of a batch unenacted, and let the plan say what comes next."""
         with self.store.write() as conn:
             repo.lock_app(conn, batch.app_id)
-            queue.finish_many(conn, sorted(batch.held))
+            queue.finish_many(conn, sorted(ids))
             _, added = reconcile(conn, batch.app_id, self.clock())
-        batch.held.clear()
+        batch.held.difference_update(ids)
         self._after(added)
 
     def _later(self, item: queue.Item, delay: float) -> None:
@@ -321,14 +325,9 @@ class Engine:
                 if app else []
             down = repo.down_hosts(conn) if comps else {}
         rows = _Rows(self.store, batch.app_id, comps)
-        gone = [i.id for i in batch.items if i.path not in rows]
+        gone = {i.id for i in batch.items if i.path not in rows}
         if gone:
-            with self.store.write() as conn:
-                repo.lock_app(conn, batch.app_id)
-                queue.finish_many(conn, gone)
-                _, added = reconcile(conn, batch.app_id, self.clock())
-            batch.held.difference_update(gone)
-            self._after(added)
+            self._finish(batch, gone)
         items = [i for i in batch.items if i.path in rows]
         if app is None or not items:
             return
@@ -458,9 +457,9 @@ class Engine:
             if app is not None:
                 current = {c.path: c for c in repo.get_components_at(
                     conn, batch.app_id, [item.path for item, _ in pairs])}
-                changes = [(item.path, self._apply(app, current[item.path], outcome, now))
-                           for item, outcome in pairs if item.path in current]
-                repo.update_components(conn, batch.app_id, [c for c in changes if c[1]])
+                repo.update_components(conn, batch.app_id, [
+                    (item.path, self._apply(app, current[item.path], outcome, now))
+                    for item, outcome in pairs if item.path in current])
             before = app.event_seq if app else 0
             settle = app is None or self._settles(conn, batch, app, pairs)
             after_app, added = reconcile(conn, batch.app_id, now) if settle else (app, False)
@@ -632,9 +631,8 @@ class Engine:
                     now_row = current[comp.path]
                     if now_row.observed != comp.observed or now_row.pid != comp.pid:
                         continue   # changed meanwhile: this report is stale
-                    values = self._apply(current_app, now_row, outcomes[comp.path], now)
-                    if values:
-                        changes.append((comp.path, values))
+                    changes.append((comp.path, self._apply(current_app, now_row,
+                                                           outcomes[comp.path], now)))
                     recorded.add(comp.path)
                     if comp.host in down and comp.pid and comp.host in self.runners:
                         stops.append((comp.path, "stop"))   # failed with its host: stop it too
@@ -737,7 +735,7 @@ class _Rows(dict):
 class _Reporter:
     """Outcomes of a batch on their way to the store: recorded together, at most every
     ``REPORT_EVERY`` seconds and never more often than four times the last record took (a
-    record reconciles the whole application, so a large one is recorded in fewer, larger
+    record may reconcile the whole application, so a large one is recorded in fewer, larger
     transactions); ``flush`` records the rest."""
 
     def __init__(self, record: Callable[[list], None]):

@@ -140,7 +140,9 @@ def claim_batch(conn: Connection, owner: str, now: float, lease: float, limit: i
     limit = min(most, max(limit, -(-waiting // max(1, share))))
     more = _claimable(now).where(work.c.app_id == head.app_id, work.c.action == head.action,
                                  work.c.generation == head.generation).limit(limit - 1)
-    return first + [i for i in _take(conn, more, owner, now, lease, postgres) if i.path != head.path]
+    # (the head, leased now, is not claimable again; no other item has its path, action and
+    # generation)
+    return first + _take(conn, more, owner, now, lease, postgres)
 
 
 def extend_many(conn: Connection, item_ids: list[int], owner: str, until: float) -> bool:

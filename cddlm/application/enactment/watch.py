@@ -48,13 +48,14 @@ class ExitWatcher:
         except (OSError, AttributeError):
             return False   # already gone, or no pidfd support: the scheduled check finds it
         with self._lock:
+            if pid in self._pids:      # another thread opened one meanwhile: keep that one
+                self._fds[self._pids[pid]] = (pid, key)
+                os.close(fd)
+                return True
             self._fds[fd] = (pid, key)
             self._pids[pid] = fd
+            # no wake-up needed: epoll watches a descriptor added while the thread waits
             self._poll.register(fd, select.EPOLLIN)
-        try:
-            os.write(self._wake_w, b"x")
-        except BlockingIOError:
-            pass           # the pipe is full: the thread is awake anyway
         return True
 
     def forget(self, pids: list[int]) -> None:
