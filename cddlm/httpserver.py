@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import io
 import logging
 import queue
@@ -120,10 +121,48 @@ class _Granian(_EmbeddedServer):
         self._shd = SocketHolder(self._own_socket.detach(), False, self.backlog)
 
 
+class _Direct:
+    """A callback that may run on whichever thread completes what it waits for (see
+    ``_Loop``); run on the loop, it behaves as any other callback."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable):
+        self.fn = fn
+
+    def __call__(self, *args: Any) -> None:
+        self.fn(*args)
+
+
+class _Loop(asyncio.SelectorEventLoop):
+    """The server's event loop. granian completes a future (a request body read) on one of its
+    own threads, holding the interpreter lock, then asks the loop to run the future's callbacks
+    (``call_soon_threadsafe``), which wakes the loop's thread only for it to hand the request
+    on to a worker. A ``_Direct`` callback runs at once, on the thread that completed the
+    future: one thread wake-up less per request. Any other callback is scheduled as usual."""
+
+    def call_soon_threadsafe(self, callback, *args, context=None):   # noqa: D102
+        if type(callback) is _Direct:
+            callback(*args)
+            return None
+        return super().call_soon_threadsafe(callback, *args, context=context)
+
+    def call_soon(self, callback, *args, context=None):   # noqa: D102
+        if type(callback) is _Direct:   # a future done before its callback was added
+            callback(*args)
+            return None
+        return super().call_soon(callback, *args, context=context)
+
+
 class Bridge:
     """RSGI in, WSGI out: read the whole body on the event loop (deadline, cap), then hand the
-    request to a worker thread, which runs the WSGI application and sends its response itself
-    (one thread hand-off per request, not two)."""
+    request to a worker thread, which runs the WSGI application and sends its response itself.
+
+    A body of declared length is read in one piece; whoever comes first, the body (a ``_Direct``
+    callback on the thread that read it) or its deadline (``_sweep`` on the loop), takes the
+    request out of ``_pending`` and answers it: the worker's job, or 408."""
+
+    SWEEP_EVERY = 0.25      # seconds between checks of the body deadlines, while any is pending
 
     def __init__(self, app: Callable, options: ServerOptions, name: str):
         self.app = app
@@ -131,6 +170,12 @@ class Bridge:
         self.base = {"wsgi.version": (1, 0), "wsgi.errors": sys.stderr, "wsgi.multithread": True,
                      "wsgi.multiprocess": False, "wsgi.run_once": False, "SCRIPT_NAME": ""}
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        # bodies being read, oldest first: key -> (deadline, proto, body future, done); one
+        # deadline for all, so the oldest expire first. The reader's thread and the loop's
+        # take a request out under the lock: exactly one of them answers it.
+        self._pending: "collections.OrderedDict[int, tuple]" = collections.OrderedDict()
+        self._pending_lock = threading.Lock()
+        self._sweeping = False
         self._workers = [threading.Thread(target=self._work, name="%s-%d" % (name, i), daemon=True)
                          for i in range(options.threads)]
         for t in self._workers:
@@ -150,25 +195,71 @@ class Bridge:
             proto.response_bytes(400, [("content-type", "text/plain"), ("connection", "close")],
                                  b"bad Content-Length\n")
             return
-        cap = self.options.max_body_bytes
-        if size is not None and size > cap:
-            body = b""      # the application sees the declared length and refuses it unread
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        if size is not None and size > self.options.max_body_bytes:
+            # the application sees the declared length and refuses it unread
+            self._queue.put((scope, b"", size, proto, loop, done))
+        elif size is not None:
+            self._read_whole(scope, size, proto, loop, done)
         else:
             try:
-                async with asyncio.timeout(self.options.body_timeout):   # no task of its own
-                    # a declared length within the cap: the body in one piece; else a stream
-                    # cut one byte past the cap
-                    body = await proto() if size is not None else await self._read(proto, cap)
+                async with asyncio.timeout(self.options.body_timeout):
+                    body = await self._read(proto, self.options.max_body_bytes)
             except asyncio.TimeoutError:
-                proto.response_bytes(408, [("content-type", "text/plain"), ("connection", "close")],
-                                     b"the request body did not arrive in time\n")
+                self._late(proto)
                 return
             except Exception:   # the client went away mid-body
                 return
-        loop = asyncio.get_running_loop()
-        done = loop.create_future()
-        self._queue.put((self._environ(scope, body, size), proto, loop, done))
+            self._queue.put((scope, body, None, proto, loop, done))
         await done          # the request holds its place in the server's limit until answered
+
+    def _read_whole(self, scope, size: int, proto, loop, done) -> None:
+        """Ask for the body (on the loop's thread); whoever wins ``_pending`` answers."""
+        key = id(done)
+        fut = proto()
+        with self._pending_lock:
+            self._pending[key] = (time.monotonic() + self.options.body_timeout, proto, fut, done)
+        if not self._sweeping:
+            self._sweeping = True
+            loop.call_later(self.SWEEP_EVERY, self._sweep, loop)
+
+        def arrived(f) -> None:
+            with self._pending_lock:
+                if self._pending.pop(key, None) is None:
+                    return      # the deadline came first and has answered
+            try:
+                body = f.result()
+            except Exception:   # the client went away mid-body: nothing to answer
+                loop.call_soon_threadsafe(done.set_result, None)
+                return
+            self._queue.put((scope, body, size, proto, loop, done))
+
+        fut.add_done_callback(_Direct(arrived))
+
+    def _sweep(self, loop) -> None:
+        now, late = time.monotonic(), []
+        with self._pending_lock:
+            pending = self._pending
+            while pending:
+                key, entry = next(iter(pending.items()))
+                if entry[0] > now:
+                    break
+                late.append(pending.pop(key))
+            more = bool(pending)
+        for _, proto, fut, done in late:
+            fut.cancel()
+            self._late(proto)
+            done.set_result(None)
+        if more:
+            loop.call_later(self.SWEEP_EVERY, self._sweep, loop)
+        else:
+            self._sweeping = False
+
+    @staticmethod
+    def _late(proto) -> None:
+        proto.response_bytes(408, [("content-type", "text/plain"), ("connection", "close")],
+                             b"the request body did not arrive in time\n")
 
     @staticmethod
     async def _read(proto, cap: int) -> bytes:
@@ -212,9 +303,9 @@ class Bridge:
             job = self._queue.get()
             if job is None:
                 return
-            environ, proto, loop, done = job
+            scope, body, size, proto, loop, done = job
             try:
-                proto.response_bytes(*self._run(environ))
+                proto.response_bytes(*self._run(self._environ(scope, body, size)))
             except Exception:   # the client has gone: nothing to answer
                 pass
             try:
@@ -288,7 +379,7 @@ class HttpServer:
         return "%s://%s:%d" % (self.scheme, host if ":" not in host else "[%s]" % host, self.port)
 
     def start(self) -> threading.Thread:
-        self._loop = asyncio.new_event_loop()
+        self._loop = _Loop()
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
         _running.add(self)

@@ -19,7 +19,7 @@ import os
 import threading
 import urllib.parse
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine
@@ -201,19 +201,34 @@ class Store:
             if conn is None:
                 with self._translate():
                     conn = self._local.conn = self._single.connect()
-            cursor = conn.connection.dbapi_connection.cursor()
-            try:
-                cursor.execute(sql, args)
-                row = cursor.fetchone()
-            finally:
-                cursor.close()
+            row = self._fetch_first(conn, sql, args)
         except (driver.OperationalError, driver.InterfaceError) as e:
-            self._local.conn = None     # gone or broken: the pool must not reuse it
-            if conn is not None:
+            self._local.conn = self._local.cursor = self._local.cursor_of = None   # gone or
+            if conn is not None:                            # broken: the pool must not reuse it
                 conn.invalidate()
                 conn.close()
             raise StoreUnavailable("database unavailable: %s" % e) from None
         return dict(zip(names, row)) if row is not None else None
+
+    def _fetch_first(self, conn: Connection, sql: str, args) -> Any:
+        if self.is_sqlite:
+            # a fresh cursor, closed at once: a SQLite statement left open holds its read
+            # snapshot, and with it the WAL, for as long as the thread stays idle
+            cursor = conn.connection.dbapi_connection.cursor()
+            try:
+                cursor.execute(sql, args)
+                return cursor.fetchone()
+            finally:
+                cursor.close()
+        # psycopg: the thread's one cursor, kept (making one cost more than the read); its
+        # result is held by the client, and the connection is in autocommit
+        local = self._local
+        cursor = local.cursor if getattr(local, "cursor_of", None) is conn else None
+        if cursor is None:
+            cursor = local.cursor = conn.connection.dbapi_connection.cursor()
+            local.cursor_of = conn
+        cursor.execute(sql, args)
+        return cursor.fetchone()
 
     @contextlib.contextmanager
     def _translate(self) -> Iterator[None]:
