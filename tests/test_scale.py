@@ -354,3 +354,68 @@ def test_a_flat_application_is_reconciled_once_per_action_not_per_record(tmp_pat
     finally:
         _terminate_all(portal)
         portal.stop()
+
+
+# -- a batch keeps its lease and reports while it spawns and while a failed readiness stops --
+def test_a_failed_readiness_stops_its_process_within_the_batch_keeping_the_lease(tmp_path):
+    """A component that is never ready and ignores TERM is stopped (KILL after 2 s) as part of
+    its batch's wait: the batch goes on reporting its other components and keeping its lease
+    meanwhile (the stop used to hold the batch's thread, lease unrenewed, for its grace)."""
+    from cddlm.application.enactment import procfs
+    from cddlm.application.enactment.local import LocalRunner, Target
+    runner = LocalRunner("h", str(tmp_path))
+    stubborn = Target("urn:uuid:ready", "stubborn", "process",
+                      {"argv": ["sh", "-c", "trap '' TERM; while :; do sleep 0.05; done"],
+                       "readiness": {"file": "never-there", "timeout": 0.3}}, "h")
+    slow = Target("urn:uuid:ready", "slow", "process",
+                  {"argv": ["sh", "-c", "sleep 1; touch there; exec sleep 60"],
+                   "readiness": {"file": "there", "timeout": 10}}, "h")
+    kept: list[float] = []
+    reported: list = []
+    began = time.monotonic()
+    runner.start_many([("stubborn", stubborn, None, None), ("slow", slow, None, None)],
+                      lambda: kept.append(time.monotonic() - began),
+                      lambda pairs: reported.extend((time.monotonic() - began, k, o)
+                                                    for k, o in pairs))
+    at = {k: t for t, k, _ in reported}
+    outcome = {k: o for _, k, o in reported}
+    assert outcome["stubborn"].event == "failed" and "not ready" in outcome["stubborn"].info
+    assert outcome["slow"].event == "running"
+    # "slow" became ready while "stubborn" was being stopped, and was reported then, not
+    # after the stop's 2 s
+    assert at["slow"] < at["stubborn"] - 0.5, reported
+    assert at["stubborn"] >= 2.0        # its KILL came after the grace
+    assert not procfs.alive(outcome["stubborn"].pid, outcome["stubborn"].pid_start)
+    gaps = [b - a for a, b in zip(kept, kept[1:])]
+    assert kept[-1] > 2.0 and max(gaps) < 0.5, kept
+    runner.stop_many([("slow", slow, outcome["slow"].pid, outcome["slow"].pid_start)], None,
+                     lambda pairs: None)
+
+
+def test_a_batch_keeps_its_lease_and_reports_while_it_spawns(tmp_path):
+    """``keep_lease`` is called between spawns, and the outcomes in hand when it raises (the
+    lease is lost) have been reported: nothing started goes unrecorded."""
+    from cddlm.application.enactment.local import LocalRunner, Target
+
+    class Lost(Exception):
+        pass
+
+    runner = LocalRunner("h", str(tmp_path))
+    jobs = [(i, Target("urn:uuid:spawn", "c%d" % i, "process", {"argv": ["sleep", "60"]}, "h"),
+             None, None) for i in range(20)]
+    calls = []
+    reported: list = []
+
+    def keep() -> None:
+        calls.append(len(reported))
+        if len(calls) == 5:
+            raise Lost()
+    with pytest.raises(Lost):
+        runner.start_many(jobs, keep, reported.extend)
+    try:
+        assert calls == [1, 2, 3, 4, 5]         # called after each spawn, each reported first
+        assert [k for k, _ in reported] == [0, 1, 2, 3, 4]
+        assert all(o.event == "running" for _, o in reported)
+    finally:
+        runner.stop_many([(k, jobs[k][1], o.pid, o.pid_start) for k, o in reported], None,
+                         lambda pairs: None)

@@ -27,6 +27,7 @@ portal reaches into them only through ``confine`` (no links followed, no FIFOs o
 
 from __future__ import annotations
 
+import heapq
 import os
 import re
 import shutil
@@ -242,29 +243,22 @@ class LocalRunner:
         are spawned (or adopted) one after the other and reported at once; those with a
         readiness condition, and probes, are then waited for together, each with its own
         deadline, and reported as they end. ``report`` gets lists of (key, outcome);
-        ``keep_lease`` is called while waiting and may raise to abandon what is left."""
-        done: list[tuple[Any, Outcome]] = []
-        waits: list[_Wait] = []
-        for key, t, known_pid, known_start in jobs:
-            if t.type == "process":
-                got = self._start_process(t, known_pid, known_start)
-            elif t.type == "file":
-                full = self._file_path(t)
-                got = Outcome("failed", "file %s is missing" % t.attributes.get("path")) \
-                    if full is None or not confine.exists(self.app_dir(t.app_id), str(t.attributes["path"])) \
-                    else Outcome("running", runtime={"location": full, "host": self.host})
-            elif t.type == "probe":
-                got = self._probe_wait(t)
-            else:
-                got = Outcome("running")
-            if isinstance(got, Outcome):
-                done.append((key, got))
-            else:
-                got.key = key
-                waits.append(got)
-        if done:
-            report(done)
-        _wait_all(waits, keep_lease, report)
+        ``keep_lease`` is called between spawns and while waiting, and may raise to abandon
+        what is left."""
+        _run_all(jobs, self._begin_start, keep_lease, report)
+
+    def _begin_start(self, t: Target, known_pid: int | None,
+                     known_start: str | None) -> "Outcome | _Wait":
+        if t.type == "process":
+            return self._start_process(t, known_pid, known_start)
+        if t.type == "file":
+            full = self._file_path(t)
+            return Outcome("failed", "file %s is missing" % t.attributes.get("path")) \
+                if full is None or not confine.exists(self.app_dir(t.app_id), str(t.attributes["path"])) \
+                else Outcome("running", runtime={"location": full, "host": self.host})
+        if t.type == "probe":
+            return self._probe_wait(t)
+        return Outcome("running")
 
     def _probe_wait(self, t: Target) -> "_Wait":
         deadline = time.monotonic() + max(5.0, 5 * float(t.attributes.get("timeout") or 2))
@@ -390,8 +384,8 @@ class LocalRunner:
             except PatternError as e:
                 # a pattern recorded before patterns were checked (or a lazy one): the
                 # component fails with the reason, the portal goes on
-                self.stop_process(pid, started, "TERM", 2.0)
-                return Outcome("failed", "readiness log pattern: %s" % e, **base)
+                return self._failing(pid, started, Outcome(
+                    "failed", "readiness log pattern: %s" % e, **base))
 
         def poll() -> Outcome | None:
             gone = self.check_process(pid, started)
@@ -400,15 +394,23 @@ class LocalRunner:
             try:
                 problem = readiness(ready, workdir, self.settings.probe_networks, follower)
             except netsafe.Refused as e:
-                self.stop_process(pid, started, "TERM", 2.0)
-                return Outcome("failed", "readiness check refused: %s" % e, **base)
+                return wait.become(self._failing(pid, started, Outcome(
+                    "failed", "readiness check refused: %s" % e, **base)))
             if problem is None:
                 return Outcome("running", **base)
             if time.monotonic() > deadline:
-                self.stop_process(pid, started, "TERM", 2.0)
-                return Outcome("failed", "not ready after %gs: %s" % (timeout, problem), **base)
+                return wait.become(self._failing(pid, started, Outcome(
+                    "failed", "not ready after %gs: %s" % (timeout, problem), **base)))
             return None
-        return _Wait(poll, interval)
+        wait = _Wait(poll, interval)
+        return wait
+
+    def _failing(self, pid: int, started: str | None, failed: Outcome) -> "_Wait":
+        """``failed``, once the process group has stopped (TERM, KILL 2 s later): waited for
+        with the rest of its batch, which goes on keeping its lease and reporting meanwhile."""
+        wait = _Wait(lambda: None, 0.0)
+        wait.become(self._stopping(pid, started, "TERM", 2.0), failed)
+        return wait
 
     @staticmethod
     def _failure(gone: Outcome, base: dict, prefix: str = "") -> Outcome:
@@ -474,27 +476,20 @@ class LocalRunner:
         """Stop components, ``jobs`` of (key, target, recorded pid, its start time): every
         process group is signalled first, then all are waited for together, each for its own
         grace period before KILL. ``report`` gets lists of (key, outcome) as they end."""
-        done: list[tuple[Any, Outcome]] = []
-        waits: list[_Wait] = []
-        for key, t, pid, started in jobs:
-            if t.type != "process":
-                done.append((key, self._stop_other(t)))
-                continue
-            if not pid:
-                adopted = self.adopt(t)
-                pid, started = adopted if adopted else (None, None)
-            logs.CAPPER.forget(self.component_dir(t.app_id, t.path))
-            if not pid:
-                done.append((key, Outcome("stopped")))
-                continue
-            sig = str(t.attributes.get("stop_signal") or "TERM")
-            grace = float(t.attributes.get("grace") if t.attributes.get("grace") is not None else 5)
-            wait = self._stopping(pid, started, sig, grace)
-            wait.key = key
-            waits.append(wait)
-        if done:
-            report(done)
-        _wait_all(waits, keep_lease, report)
+        _run_all(jobs, self._begin_stop, keep_lease, report)
+
+    def _begin_stop(self, t: Target, pid: int | None, started: str | None) -> "Outcome | _Wait":
+        if t.type != "process":
+            return self._stop_other(t)
+        if not pid:
+            adopted = self.adopt(t)
+            pid, started = adopted if adopted else (None, None)
+        logs.CAPPER.forget(self.component_dir(t.app_id, t.path))
+        if not pid:
+            return Outcome("stopped")
+        sig = str(t.attributes.get("stop_signal") or "TERM")
+        grace = float(t.attributes.get("grace") if t.attributes.get("grace") is not None else 5)
+        return self._stopping(pid, started, sig, grace)
 
     def _stop_other(self, t: Target) -> Outcome:
         if t.type == "file" and not t.attributes.get("keep"):
@@ -535,13 +530,12 @@ class LocalRunner:
                     return stopped(None)
                 self._killpg(pid, signal.SIGKILL)
                 state.update(killed=True, deadline=time.monotonic() + 5)
+            # most processes end within the first interval; one that takes its grace period
+            # is looked at less and less often (a batch of thousands: fewer wait calls)
+            wait.interval = min(STOP_POLL_MAX, wait.interval * 2)
             return None
-        return _Wait(poll, 0.02)
-
-    def stop_process(self, pid: int, started: str | None, sig: str, grace: float) -> Outcome:
-        """Signal the process group, wait ``grace`` seconds, then KILL it. Idempotent."""
-        return _one(lambda report: _wait_all([self._stopping(pid, started, sig, grace)], None,
-                                             report))
+        wait = _Wait(poll, 0.02)
+        return wait
 
     @staticmethod
     def _killpg(pid: int, number: int) -> None:
@@ -555,7 +549,7 @@ class LocalRunner:
 
 
 Report = Callable[[list], None]     # gets [(key, Outcome), ...]
-REPORT_EVERY = 0.25                 # seconds: outcomes of a batch wait are reported this often
+STOP_POLL_MAX = 0.2                 # seconds: the longest a stopping process goes unlooked-at
 
 
 class _Wait:
@@ -565,37 +559,64 @@ class _Wait:
         self.poll = poll
         self.interval = interval
         self.key: Any = None
-        self.next = 0.0
         self.outcome: Outcome | None = None
+
+    def become(self, other: "_Wait", outcome: Outcome | None = None) -> None:
+        """Go on as ``other`` (same key, same place in its batch), ending when it ends, with
+        ``outcome`` if given. Returns None: not ended yet."""
+        def poll() -> Outcome | None:
+            got = other.poll()
+            self.interval = other.interval
+            return outcome if got is not None and outcome is not None else got
+        self.poll, self.interval = poll, other.interval
+
+
+def _run_all(jobs: Iterable[tuple], begin: Callable[..., "Outcome | _Wait"],
+             keep_lease: Callable[[], None] | None, report: Report) -> None:
+    """``begin`` each job (key, *arguments) in turn, then wait for those it did not end at
+    once. Each outcome is reported as it comes (``report`` paces the records) and the lease is
+    kept between jobs: a batch of thousands takes seconds to begin."""
+    waits: list[_Wait] = []
+    for key, *arguments in jobs:
+        got = begin(*arguments)
+        if isinstance(got, Outcome):
+            report([(key, got)])
+        else:
+            got.key = key
+            waits.append(got)
+        if keep_lease is not None:
+            keep_lease()    # paced by its owner; raises to abandon the rest
+    _wait_all(waits, keep_lease, report)
 
 
 def _wait_all(waits: list[_Wait], keep_lease: Callable[[], None] | None, report: Report) -> None:
-    """Poll every wait at its own interval until each has an outcome; report outcomes in lists
-    (at most every ``REPORT_EVERY`` seconds, and those in hand before ``keep_lease`` raises)."""
-    done: list[tuple[Any, Outcome]] = []
-    last = time.monotonic()
-    while waits:
-        for w in waits:
-            if w.next <= time.monotonic():
-                w.outcome = w.poll()
-                if w.outcome is None:
-                    w.next = time.monotonic() + w.interval
-                else:
-                    done.append((w.key, w.outcome))
-        waits = [w for w in waits if w.outcome is None]
-        if done and (not waits or time.monotonic() - last >= REPORT_EVERY):
+    """Poll each wait at its own interval until each has an outcome (a heap by the time each
+    is next due: a round looks only at those due); report each round's outcomes together
+    (``report`` paces the records), and keep the lease between rounds."""
+    due = [(0.0, n, w) for n, w in enumerate(waits)]    # already a heap: all due, in order
+    order = len(due)
+    while due:
+        now = time.monotonic()
+        done: list[tuple[Any, Outcome]] = []
+        later: list[_Wait] = []
+        while due and due[0][0] <= now:
+            w = heapq.heappop(due)[2]
+            w.outcome = w.poll()
+            if w.outcome is None:
+                later.append(w)
+            else:
+                done.append((w.key, w.outcome))
+        now = time.monotonic()
+        for w in later:
+            heapq.heappush(due, (now + w.interval, order, w))
+            order += 1
+        if done:
             report(done)
-            done, last = [], time.monotonic()
-        if not waits:
+        if not due:
             return
         if keep_lease is not None:
-            try:
-                keep_lease()
-            except BaseException:
-                if done:
-                    report(done)
-                raise
-        time.sleep(max(0.0, min(w.next for w in waits) - time.monotonic()))
+            keep_lease()
+        time.sleep(max(0.0, due[0][0] - time.monotonic()))
 
 
 def _one(run: Callable[[Report], None]) -> Outcome:
