@@ -11,7 +11,7 @@ from sqlalchemy import func, inspect, select, text
 from cddlm.application import repository as repo
 from cddlm.application.enactment import queue
 from cddlm.application.store import Store, normalise_url
-from cddlm.application.tables import events, history, metadata, work
+from cddlm.application.tables import applications, events, history, metadata, work
 from cddlm.errors import BadArgument
 
 
@@ -226,5 +226,28 @@ def test_the_hot_read_through_the_driver_answers_and_survives_a_lost_connection(
         with pytest.raises(StoreUnavailable):
             repo.app_by_view(store, view.id, 2.0)
         assert repo.app_by_view(store, view.id, 2.0).id == app_id
+    finally:
+        store.dispose()
+
+
+def test_a_light_lock_reads_the_state_and_refuses_the_component_tree(db_url):
+    """``lock_app(light=True)`` (a record of outcomes) has every small column of the full read
+    and refuses, rather than answers empty, a column it did not read."""
+    store = make(db_url)
+    try:
+        app_id = new_app(store, "light").id
+        with store.write() as conn:
+            conn.execute(applications.update().where(applications.c.id == app_id)
+                         .values(deployment='{"name": "root"}', properties='{"a": "1"}'))
+        with store.write() as conn:
+            full = repo.lock_app(conn, app_id)
+            light = repo.lock_app(conn, app_id, light=True)
+        for key in repo.App.SIMPLE[:-1]:
+            assert getattr(light, key) == getattr(full, key), key
+        assert full.deployment == {"name": "root"} and full.properties == {"a": "1"}
+        for heavy in repo.HEAVY:
+            with pytest.raises(LookupError):
+                getattr(light, heavy)
+        assert light.termination_info == full.termination_info
     finally:
         store.dispose()

@@ -41,6 +41,9 @@ class _Json:
     def __get__(self, obj, owner=None):
         if obj is None:
             return self
+        if obj.light and self.name in HEAVY:
+            raise LookupError("the application was read without its %s (lock_app light)"
+                              % self.name)
         raw = obj._raw.get(self.name)
         value = json.loads(raw) if isinstance(raw, str) and raw else (
             raw if raw is not None else (self.default() if callable(self.default) else self.default))
@@ -64,8 +67,11 @@ class App:
               "client_token", "request_digest", "init_token", "event_seq", "owner",
               "view_termination_time")   # the last: only when read through a view
 
-    def __init__(self, mapping: dict):
+    light = False       # read without the HEAVY columns (``lock_app(light=True)``)
+
+    def __init__(self, mapping: dict, light: bool = False):
         self._raw = mapping
+        self.light = light
         for key in self.SIMPLE:
             self.__dict__[key] = mapping.get(key)
 
@@ -114,6 +120,8 @@ class Component:
 
 
 APP_COLUMNS = [c for c in applications.c if c.name != "descriptor"]
+# what grows with the application's size (its component tree, placement, properties)
+HEAVY = frozenset({"deployment", "placement", "properties", "options"})
 
 # Statements are built once and executed with parameter dicts: SQLAlchemy compiles each shape
 # once, and a request pays only for binding (building statements per call cost more than
@@ -121,6 +129,8 @@ APP_COLUMNS = [c for c in applications.c if c.name != "descriptor"]
 _SELECT_APP = select(*APP_COLUMNS)
 _GET_APP = _SELECT_APP.where(applications.c.id == bindparam("app_id"))
 _LOCK_APP = _GET_APP.with_for_update()
+_LOCK_APP_LIGHT = select(*[c for c in APP_COLUMNS if c.name not in HEAVY]).where(
+    applications.c.id == bindparam("app_id")).with_for_update()
 # the live application of that name, else the newest terminated one
 _BY_NAME_ORDER = ((applications.c.state == lifecycle.TERMINATED).asc(), applications.c.created.desc())
 _APP_BY_NAME = _SELECT_APP.where(applications.c.name == bindparam("name")).order_by(
@@ -178,13 +188,14 @@ _APP_BY_VIEW = (select(*APP_COLUMNS, views.c.app_id.label("view_app"),
                 .where(views.c.id == bindparam("view"), _LIVE_VIEW))
 
 
-def lock_app(conn: Connection, app_id: str) -> App | None:
+def lock_app(conn: Connection, app_id: str, *, light: bool = False) -> App | None:
     """Read an application and lock its row until the transaction ends. Every write that
     touches an application's components or work takes this lock first, so writers on
     PostgreSQL always lock in the same order (application, work, components) and never
-    deadlock; on SQLite writers are serialised anyway."""
-    row = conn.execute(_LOCK_APP, {"app_id": app_id}).first()
-    return App.from_row(row) if row else None
+    deadlock; on SQLite writers are serialised anyway. ``light``: without the ``HEAVY``
+    columns (a record of outcomes needs its state, not its component tree of megabytes)."""
+    row = conn.execute(_LOCK_APP_LIGHT if light else _LOCK_APP, {"app_id": app_id}).first()
+    return App(row._mapping, light) if row else None
 
 
 def app_by_view(conn: Connection | Store, view_id: str, now: float) -> App | None:

@@ -153,6 +153,8 @@ class Engine:
                 with self._trees_lock:
                     found = self._trees.get(key)
                 if found is None:
+                    if app.light:   # read under a light lock: its tree, as committed (the
+                        app = repo.get_app(self.store, app.id) or app   # lock holds it still)
                     tree = Deployment.from_json(app.deployment or {})
                     found = (tree, dict(tree.walk()))
                     with self._trees_lock:
@@ -258,7 +260,7 @@ class Engine:
     def _finish(self, batch: "_Batch", ids: set[int]) -> None:
         """Forget these items of a batch unenacted, and let the plan say what comes next."""
         with self.store.write() as conn:
-            repo.lock_app(conn, batch.app_id)
+            repo.lock_app(conn, batch.app_id, light=True)
             queue.finish_many(conn, sorted(ids))
             _, added = reconcile(conn, batch.app_id, self.clock())
         batch.held.difference_update(ids)
@@ -277,7 +279,7 @@ class Engine:
         now = self.clock()
         try:
             with self.store.write() as conn:
-                repo.lock_app(conn, item.app_id)
+                repo.lock_app(conn, item.app_id, light=True)
                 if item.attempts >= 5:
                     comp = repo.get_component(conn, item.app_id, item.path)
                     if comp is not None and comp.observed in states.LIVE:
@@ -430,7 +432,7 @@ class Engine:
             return
         now = self.clock()
         with self.store.write() as conn:
-            app = repo.lock_app(conn, batch.app_id)
+            app = repo.lock_app(conn, batch.app_id, light=True)
             if not queue.extend_many(conn, sorted(batch.held), self.id,
                                      now + self.settings.lease_seconds):
                 raise Lost("lease lost")
@@ -450,7 +452,7 @@ class Engine:
         now = self.clock()
         ids = [item.id for item, _ in pairs]
         with self.store.write() as conn:
-            app = repo.lock_app(conn, batch.app_id)
+            app = repo.lock_app(conn, batch.app_id, light=True)
             if not queue.extend_many(conn, ids, self.id, now + self.settings.lease_seconds):
                 raise Lost("lease lost before recording")
             queue.finish_many(conn, ids)

@@ -295,7 +295,7 @@ class LocalRunner:
         return ("CDDLM_COMPONENT=%s %s" % (t.app_id, t.path)).encode() in env
 
     def _env(self, t: Target, workdir: str, account: Account | None = None) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k in PASS_ENV}
+        env = {k: os.environ[k] for k in PASS_ENV if k in os.environ}
         if account is not None:
             env.update(HOME=account.home, USER=account.name, LOGNAME=account.name)
         env.update({str(k): str(v) for k, v in (t.attributes.get("env") or {}).items()})
