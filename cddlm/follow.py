@@ -38,11 +38,21 @@ class Follower:
         self._renewed = clock()
 
     # -- what to follow ---------------------------------------------------------------------------
-    def follow_portal(self) -> None:
+    def follow_portal(self, page: int | None = None) -> None:
+        """Every application that may still change, however many (listed ``page`` at a time),
+        and every one created from now on (the portal's subscription is made first)."""
         self.subscriptions["portal"] = self.portal.subscribe(self.listener.url("portal"),
                                                              termination=LIFETIME)
-        for app in self.portal.applications():
-            self.follow(app)
+        for row in self.portal.each_application(page):
+            if row["state"] == "terminated" or row["id"] in self.subscriptions:
+                continue
+            try:
+                app = self.portal.lookup(row["id"])
+            except PortalFault as e:
+                if e.fault != "NoSuchApplicationFault":
+                    raise
+                continue        # destroyed since it was listed
+            self.follow(app, row.get("name"))
 
     def follow(self, app: Application, name: str | None = None) -> None:
         if app.id in self.subscriptions:

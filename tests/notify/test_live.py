@@ -120,3 +120,29 @@ def test_cddlm_watch_prints_events_as_they_arrive(live_portal):
     assert "created" in mine[0] and app.id in mine[0]
     assert [line.split()[-1] for line in mine[1:]] == ["#1", "#2", "#3", "#4"]
     assert live_subscriptions(lp.state_dir) == []             # nothing left behind
+
+
+def test_watching_every_application_pages_through_them_and_skips_the_terminated(live_portal):
+    """``cddlm watch`` without an application follows every application that may still change,
+    however many (listed page by page), not the newest the ``applications`` property holds."""
+    import io
+    from cddlm.client import Listener
+    from cddlm.follow import Follower
+    lp = live_portal()
+    portal = Portal(lp.url)
+    apps = [portal.create(name="paged-%d" % i) for i in range(5)]
+    apps[1].terminate("done with it")
+    apps[1].wait_for("terminated", timeout=20)
+    out = io.StringIO()
+    with Listener("127.0.0.1", 0) as listener:
+        follower = Follower(portal, listener, out)
+        try:
+            follower.follow_portal(page=2)       # three pages
+            followed = set(follower.subscriptions) - {"portal"}
+            assert followed == {a.id for i, a in enumerate(apps) if i != 1}
+            assert {follower.labels[a] for a in followed} == {"paged-0", "paged-2", "paged-3",
+                                                              "paged-4"}
+            assert len(live_subscriptions(lp.state_dir)) == 5
+        finally:
+            follower.close()
+    assert live_subscriptions(lp.state_dir) == []
