@@ -36,7 +36,7 @@ from typing import Any, Callable
 from urllib.parse import unquote_to_bytes
 
 from granian._granian import SocketHolder
-from granian.constants import HTTPModes, Interfaces, SSLProtocols
+from granian.constants import HTTPModes, Interfaces, SSLProtocols, TaskImpl
 from granian.http import HTTP1Settings
 from granian.server.embed import Server as _EmbeddedServer
 
@@ -203,14 +203,19 @@ class Bridge:
         elif size is not None:
             self._read_whole(scope, size, proto, loop, done)
         else:
+            # a stream (chunked): read by a task of its own, cancelled at the deadline (this
+            # coroutine runs on granian's scheduler, whose task cannot be cancelled)
+            reading = loop.create_task(self._read(proto, self.options.max_body_bytes))
+            timer = loop.call_later(self.options.body_timeout, reading.cancel)
             try:
-                async with asyncio.timeout(self.options.body_timeout):
-                    body = await self._read(proto, self.options.max_body_bytes)
-            except asyncio.TimeoutError:
+                body = await reading
+            except asyncio.CancelledError:
                 self._late(proto)
                 return
             except Exception:   # the client went away mid-body
                 return
+            finally:
+                timer.cancel()
             self._queue.put((scope, body, None, proto, loop, done))
         await done          # the request holds its place in the server's limit until answered
 
@@ -360,6 +365,9 @@ class HttpServer:
         self._server = _Granian(
             self._sock, self._bridge, address=host, port=self.port,
             interface=Interfaces.RSGI, http=HTTPModes.http1, websockets=False,
+            task_impl=TaskImpl.rust,    # a request's coroutine is stepped by granian, not made
+                                        # an asyncio Task (raw lxml at one client: 2,440 ->
+                                        # 2,950 req/s, waitress 3,180)
             backlog=self.options.backlog, backpressure=self.options.max_connections,
             http1_settings=HTTP1Settings(
                 header_read_timeout=max(1, min(60_000, int(self.options.header_timeout * 1000)))),
