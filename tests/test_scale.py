@@ -314,6 +314,42 @@ def test_the_exit_watcher_forgets_processes_it_is_told_to_and_reports_the_rest(t
         watcher.close()
 
 
+def test_an_exit_watcher_stuck_in_its_callback_closes_its_descriptors_itself(tmp_path):
+    """``close`` that gives up waiting for a thread still in its callback leaves the
+    descriptors open (their numbers must not be reused under its poll); the thread closes
+    them when it ends, and nobody closes them twice."""
+    import subprocess
+    from cddlm.application.enactment.watch import ExitWatcher
+    inside, leave = threading.Event(), threading.Event()
+
+    def on_exit(keys: list) -> None:
+        inside.set()
+        leave.wait(10)
+
+    def open_fds() -> set[str]:
+        return set(os.listdir("/proc/self/fd"))
+
+    before = open_fds()
+    watcher = ExitWatcher(on_exit)
+    ending = subprocess.Popen(["true"])
+    waiting = subprocess.Popen(["sleep", "30"])
+    try:
+        assert watcher.watch(ending.pid, "ending") and watcher.watch(waiting.pid, "waiting")
+        assert inside.wait(10)
+        mine = open_fds() - before
+        watcher.close(timeout=0.2)                  # the thread is still in on_exit
+        assert open_fds() - before == mine          # nothing closed under it
+        leave.set()
+        watcher._thread.join(5)
+        assert not watcher._thread.is_alive()
+        assert not (open_fds() - before) & mine     # the thread closed them all
+    finally:
+        leave.set()
+        waiting.kill()
+        waiting.wait()
+        ending.wait()
+
+
 def test_a_flat_application_is_reconciled_once_per_action_not_per_record(tmp_path, monkeypatch):
     """A reconcile reads every component of the application; the records of a deploy, start
     or stop whose outcomes are all the expected ones reconcile only at the last of them (the

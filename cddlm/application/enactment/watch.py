@@ -34,6 +34,7 @@ class ExitWatcher:
         os.set_blocking(self._wake_w, False)
         self._poll.register(self._wake_r, select.EPOLLIN)
         self._stop = False
+        self._ended = self._orphaned = False    # the thread has ended; close() left it to it
         self._thread = threading.Thread(target=self._run, name="cddlm-exit-watcher", daemon=True)
         self._thread.start()
 
@@ -115,6 +116,16 @@ class ExitWatcher:
         return keys
 
     def _run(self) -> None:
+        try:
+            self._watch()
+        finally:
+            with self._lock:
+                self._ended = True
+                orphaned = self._orphaned
+            if orphaned:
+                self._release()
+
+    def _watch(self) -> None:
         while not self._stop:
             keys = self._ready(1000)
             rounds = 0
@@ -130,13 +141,25 @@ class ExitWatcher:
                 except Exception:  # a failing callback must not kill the watcher
                     log.exception("exit callback failed")
 
-    def close(self) -> None:
+    def close(self, timeout: float = 5.0) -> None:
         self._stop = True
         try:
             os.write(self._wake_w, b"x")
         except BlockingIOError:
             pass
-        self._thread.join(timeout=5)
+        self._thread.join(timeout)
+        with self._lock:
+            # the thread still in a callback closes the descriptors itself when it ends (closed
+            # here, their numbers could be reused while it still polls them); one of the two
+            # releases them, decided under the lock
+            self._orphaned = not self._ended
+        if self._orphaned:
+            log.warning("the exit watcher did not stop within %g s; it will close its "
+                        "descriptors when it does", timeout)
+            return
+        self._release()
+
+    def _release(self) -> None:
         with self._lock:
             for fd in list(self._fds) + self._closing:
                 os.close(fd)
