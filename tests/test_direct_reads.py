@@ -130,3 +130,51 @@ def test_authentication_is_the_same_on_both_paths(portal):
     status, body = _compare(portal, direct, spyne, path, envelope(GET % "api:state", ADDRESSED),
                             {"Authorization": "Basic b2s6b2s="})
     assert status == 200 and b">instantiated<" in body and b"<wsa:RelatesTo>urn:uuid:req-1<" in body
+
+
+def test_each_property_read_alone_is_its_part_of_the_document(portal):
+    """A GetResourceProperty of most properties reads the application without its component
+    tree, placement and properties (``HEAVY``); each property read alone, or all of them at
+    once, is exactly its part of the whole document (which reads everything)."""
+    from lxml import etree
+    from cddlm.application import repository as repo
+    from cddlm.portal.handlers import APP_DOCUMENT, HEAVY_PROPERTIES
+    from tests.test_components import comp, deploy, wait
+    app_id = deploy(portal, comp("p", argv=["sleep", "60"]), properties=[("colour", "blue")])
+    try:
+        assert wait(portal, app_id, "running") == "running"
+        direct, _ = _pair(portal)
+        with portal.service.store.write() as conn:
+            view = repo.new_view(conn, app_id, portal.url, 1.0)
+        path = "/cddlm/applications/" + view.id
+        status, _, body = direct.request("POST", path, envelope(
+            "<wsrf-rp:GetResourcePropertyDocument/>"))
+        assert status == 200
+        doc = etree.fromstring(body).find(".//" + APP_DOCUMENT)
+        names = sorted({el.tag for el in doc if el.tag != "{%s}CurrentTime" % ns.WSRF_RL})
+        assert set(HEAVY_PROPERTIES) <= set(names) | {"{%s}placementAudit" % ns.EXT}
+        spaces = sorted({etree.QName(n).namespace for n in names})
+        prefix = {space: "p%d" % i for i, space in enumerate(spaces)}
+        decls = DECLS + "".join(' xmlns:%s="%s"' % (p, space) for space, p in prefix.items())
+
+        def qname(tag: str) -> str:
+            q = etree.QName(tag)
+            return "%s:%s" % (prefix[q.namespace], q.localname)
+
+        def normal(els) -> list[bytes]:
+            return [_normal(etree.tostring(e, method="c14n", exclusive=True)) for e in els]
+        for name in names:
+            status, _, body = direct.request("POST", path, envelope(GET % qname(name), decls=decls))
+            assert status == 200, (name, body[:500])
+            got = etree.fromstring(body).find(".//{%s}GetResourcePropertyResponse" % ns.WSRF_RP)
+            assert normal(got) == normal(doc.findall(name)), name
+        status, _, body = direct.request("POST", path, envelope(
+            "<wsrf-rp:GetMultipleResourceProperties>%s</wsrf-rp:GetMultipleResourceProperties>"
+            % "".join("<wsrf-rp:ResourceProperty>%s</wsrf-rp:ResourceProperty>" % qname(n)
+                      for n in names), decls=decls))
+        assert status == 200
+        got = etree.fromstring(body).find(".//{%s}GetMultipleResourcePropertiesResponse" % ns.WSRF_RP)
+        assert normal(got) == normal(e for n in names for e in doc.findall(n))
+        assert b"colour" in etree.tostring(doc.find("{%s}deploymentInfo" % ns.API))
+    finally:
+        portal.service.terminate(app_id, "done")

@@ -122,6 +122,7 @@ class Component:
 APP_COLUMNS = [c for c in applications.c if c.name != "descriptor"]
 # what grows with the application's size (its component tree, placement, properties)
 HEAVY = frozenset({"deployment", "placement", "properties", "options"})
+LIGHT_COLUMNS = [c for c in APP_COLUMNS if c.name not in HEAVY]
 
 # Statements are built once and executed with parameter dicts: SQLAlchemy compiles each shape
 # once, and a request pays only for binding (building statements per call cost more than
@@ -129,7 +130,7 @@ HEAVY = frozenset({"deployment", "placement", "properties", "options"})
 _SELECT_APP = select(*APP_COLUMNS)
 _GET_APP = _SELECT_APP.where(applications.c.id == bindparam("app_id"))
 _LOCK_APP = _GET_APP.with_for_update()
-_LOCK_APP_LIGHT = select(*[c for c in APP_COLUMNS if c.name not in HEAVY]).where(
+_LOCK_APP_LIGHT = select(*LIGHT_COLUMNS).where(
     applications.c.id == bindparam("app_id")).with_for_update()
 # the live application of that name, else the newest terminated one
 _BY_NAME_ORDER = ((applications.c.state == lifecycle.TERMINATED).asc(), applications.c.created.desc())
@@ -182,10 +183,15 @@ def get_app(conn: Connection | Store, app_id: str) -> App | None:
     return App(row) if row is not None else None
 
 
-_APP_BY_VIEW = (select(*APP_COLUMNS, views.c.app_id.label("view_app"),
-                       views.c.termination_time.label("view_termination_time"))
-                .select_from(views.join(applications, applications.c.id == views.c.app_id))
-                .where(views.c.id == bindparam("view"), _LIVE_VIEW))
+def _by_view(columns: list) -> Any:
+    return (select(*columns, views.c.app_id.label("view_app"),
+                   views.c.termination_time.label("view_termination_time"))
+            .select_from(views.join(applications, applications.c.id == views.c.app_id))
+            .where(views.c.id == bindparam("view"), _LIVE_VIEW))
+
+
+_APP_BY_VIEW = _by_view(APP_COLUMNS)
+_APP_BY_VIEW_LIGHT = _by_view(LIGHT_COLUMNS)
 
 
 def lock_app(conn: Connection, app_id: str, *, light: bool = False) -> App | None:
@@ -198,11 +204,13 @@ def lock_app(conn: Connection, app_id: str, *, light: bool = False) -> App | Non
     return App(row._mapping, light) if row else None
 
 
-def app_by_view(conn: Connection | Store, view_id: str, now: float) -> App | None:
+def app_by_view(conn: Connection | Store, view_id: str, now: float, *,
+                light: bool = False) -> App | None:
     """The application a live view names (one indexed join; the hot path of every app
-    request); ``view_termination_time`` on it is the view's own termination time."""
-    row = _row(conn, _APP_BY_VIEW, {"view": view_id, "now": now})
-    return App(row) if row is not None else None
+    request); ``view_termination_time`` on it is the view's own termination time. ``light``:
+    without the ``HEAVY`` columns (a state read need not fetch a component tree)."""
+    row = _row(conn, _APP_BY_VIEW_LIGHT if light else _APP_BY_VIEW, {"view": view_id, "now": now})
+    return App(row, light) if row is not None else None
 
 
 def app_by_name(conn: Connection | Store, name: str, owner: str | None = None) -> App | None:

@@ -281,10 +281,10 @@ class Service:
 
     # -- application operations -----------------------------------------------------------------
     def app_for_view(self, view_id: str, resource_id: str | None = None, *,
-                     principal: Principal = LOCAL_ADMIN) -> repo.App:
+                     principal: Principal = LOCAL_ADMIN, light: bool = False) -> repo.App:
         """The application a live view names (``view_termination_time`` on it: the view's),
-        when ``principal`` may see it."""
-        app = repo.app_by_view(self.store, view_id, self.clock())
+        when ``principal`` may see it (``light``: ``repo.app_by_view``'s)."""
+        app = repo.app_by_view(self.store, view_id, self.clock(), light=light)
         if app is None or (resource_id and resource_id != app.id) \
                 or not tenancy.visible(app.owner, principal):
             raise ResourceUnknown("no application view %s" % view_id)

@@ -34,6 +34,8 @@ API, RL, WSNT = ns.API, ns.WSRF_RL, ns.WSNT
 RLW = "http://docs.oasis-open.org/wsrf/rlw-2/"
 STATES = ("instantiated", "initialized", "running", "failed", "terminated")
 APP_DOCUMENT = "{%s}applicationProperties" % API
+# the application properties built from its HEAVY columns (component tree, placement, ...)
+HEAVY_PROPERTIES = frozenset({"{%s}deploymentInfo" % API, "{%s}placementAudit" % ns.EXT})
 
 
 def api_action(port_type: str, op: str) -> str:
@@ -206,11 +208,12 @@ class Handlers:
         return out
 
     # -- application ----------------------------------------------------------------------------
-    def app(self, req: Request) -> App:
+    def app(self, req: Request, light: bool = False) -> App:
         view_id = view_of(req)
         if not view_id:
             raise ResourceUnknown("the request names no application (address /cddlm/applications/ID)")
-        return self.service.app_for_view(view_id, req.resource_id(), principal=req.principal)
+        return self.service.app_for_view(view_id, req.resource_id(), principal=req.principal,
+                                         light=light)
 
     def producer(self, req: Request) -> tuple[str, str]:
         """The application a request to a view names, and the view: a notification producer."""
@@ -344,7 +347,11 @@ class Handlers:
         return set_termination_response(None, now)
 
     def app_properties(self, req: Request) -> rp.Properties:
-        return rp.Properties(APP_DOCUMENT, self._app_table, (self.app(req), req))
+        # the application's component tree, placement and properties are read only for the
+        # properties built from them
+        names = rp.requested(req.body)
+        light = names is not None and HEAVY_PROPERTIES.isdisjoint(names)
+        return rp.Properties(APP_DOCUMENT, self._app_table, (self.app(req, light), req))
 
     def _app_builders(self) -> dict[str, Callable[[App, Request], list[etree._Element]]]:
         """The application's resource properties in document order, each a function of the

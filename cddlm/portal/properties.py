@@ -70,6 +70,21 @@ def get_property(body: etree._Element, props: Properties) -> etree._Element:
     return response
 
 
+def requested(body: etree._Element) -> list[str] | None:
+    """The property QNames a GetResourceProperty or GetMultipleResourceProperties request
+    names; None for any other request, or one its operation will refuse."""
+    try:
+        if body.tag == RP + "GetResourceProperty":
+            return None if len(body) else [resolve_qname(body, body.text)]
+        if body.tag == RP + "GetMultipleResourceProperties":
+            names = [c for c in body if isinstance(c.tag, str)]
+            if names and all(c.tag == RP + "ResourceProperty" for c in names):
+                return [resolve_qname(c, c.text) for c in names]
+    except InvalidPropertyQName:
+        pass
+    return None
+
+
 def get_multiple(body: etree._Element, props: Properties) -> etree._Element:
     names = [c for c in body if isinstance(c.tag, str)]
     if not names or any(c.tag != RP + "ResourceProperty" for c in names):
