@@ -251,3 +251,59 @@ def test_a_light_lock_reads_the_state_and_refuses_the_component_tree(db_url):
         assert light.termination_info == full.termination_info
     finally:
         store.dispose()
+
+
+def test_the_large_columns_of_an_application_come_last_in_its_row_and_survive_the_move(db_url):
+    """Migration 0006 (SQLite): the descriptor, component tree, placement, properties and
+    options move to the end of the row (a state read no longer walks their overflow pages);
+    every value, every index and the application's children are kept, and it can be undone."""
+    from alembic import command
+    from alembic.config import Config
+    from cddlm.application.store import MIGRATIONS
+    if not db_url.startswith("sqlite"):
+        pytest.skip("PostgreSQL keeps large values out of the row: 0006 changes nothing there")
+    store = Store(db_url)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    big = '{"name": "root", "x": "%s"}' % ("y" * 100000)
+    with store.write() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0005")
+        conn.execute(text("INSERT INTO applications (id, name, state, desired, generation, "
+                          "created, event_seq, deployment, descriptor, owner) VALUES "
+                          "('urn:uuid:big', 'big', 'running', 'running', 3, 1.0, 7, :big, "
+                          "'<d/>', 'ann')"), {"big": big})
+        conn.execute(text("INSERT INTO views (id, app_id, portal, created) "
+                          "VALUES ('v1', 'urn:uuid:big', 'http://p', 1.0)"))
+    store.migrate()
+
+    def layout() -> tuple[list[str], set[str]]:
+        with store.read() as conn:
+            columns = [r[1] for r in conn.exec_driver_sql("PRAGMA table_info(applications)")]
+            indexes = {r[1] for r in conn.exec_driver_sql("PRAGMA index_list(applications)")}
+        return columns, indexes
+    columns, indexes = layout()
+    assert set(columns[-5:]) == {"descriptor"} | repo.HEAVY
+    assert "ix_applications_live_owner_name" in indexes
+    app = repo.app_by_view(store, "v1", 2.0, light=True)
+    assert (app.id, app.state, app.generation, app.event_seq, app.owner) == (
+        "urn:uuid:big", "running", 3, 7, "ann")
+    with store.read() as conn:
+        assert repo.get_app(conn, "urn:uuid:big").deployment["x"] == "y" * 100000
+    with pytest.raises(Exception):    # the live name is unique per owner again
+        with store.write() as conn:
+            repo.create_app(conn, 2.0, id=repo.new_id(), name="big", owner="ann")
+    with store.engine.connect() as conn:      # as Store.migrate does: foreign keys off
+        conn.execution_options(cddlm_single=True).exec_driver_sql("PRAGMA foreign_keys=OFF")
+        conn.commit()
+        conn.execution_options(cddlm_single=False, cddlm_write=True)
+        with conn.begin():
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0005")
+        conn.execution_options(cddlm_single=True).exec_driver_sql("PRAGMA foreign_keys=ON")
+        conn.commit()
+    columns_before, indexes_before = layout()
+    assert columns_before.index("deployment") < columns_before.index("owner")
+    assert indexes_before == indexes
+    assert repo.app_by_view(store, "v1", 2.0).deployment["x"] == "y" * 100000
+    store.dispose()

@@ -36,17 +36,19 @@ applications = Table(
     Column("terminated", Float, nullable=True),
     Column("termination_time", Float, nullable=True),       # WS-RL scheduled termination
     Column("language", String(512), nullable=True),
-    Column("descriptor", Text, nullable=True),
     Column("descriptor_digest", String(80), nullable=True),
-    Column("properties", Text, nullable=True),              # JSON {name: value}
-    Column("options", Text, nullable=True),                 # JSON [option, ...] as given
-    Column("deployment", Text, nullable=True),              # JSON: the resolved component tree
-    Column("placement", Text, nullable=True),               # JSON: {path: {host, provider}}, audit
     Column("client_token", String(256), nullable=True),       # unique per owner (below)
     Column("request_digest", String(80), nullable=True),
     Column("init_token", String(256), nullable=True),
     Column("event_seq", Integer, nullable=False, default=0),    # last lifecycle event sequence
     Column("owner", String(256), nullable=False, server_default=LOCAL_OWNER),   # a principal
+    # the large ones last: SQLite reads a row's columns in order, through the overflow pages of
+    # any large value before the one asked for (migration 0006)
+    Column("descriptor", Text, nullable=True),
+    Column("properties", Text, nullable=True),              # JSON {name: value}
+    Column("options", Text, nullable=True),                 # JSON [option, ...] as given
+    Column("deployment", Text, nullable=True),              # JSON: the resolved component tree
+    Column("placement", Text, nullable=True),               # JSON: {path: {host, provider}}, audit
 )
 Index("ix_applications_termination_time", applications.c.termination_time)
 # A name is held while its application lives, per owner (so a name in use tells nobody about
