@@ -9,8 +9,9 @@ in flight (backpressure), and speed.
 
 Why the RSGI bridge rather than granian's WSGI interface: under WSGI a handler thread reads the
 body itself, so a client that sends its body one byte a second holds a thread. Here the body is
-read by the event loop, under a deadline and a size cap, and only a complete request is handed
-to a worker thread that runs the WSGI application. A slow client costs a socket, never a thread.
+read by granian's I/O threads, under a deadline and a size cap, and only a complete request is
+handed to a worker thread that runs the WSGI application. A slow client costs a socket, never a
+thread.
 
 Binding: the listening socket is made here (so ``port=0`` picks a free port that we can read,
 and a port in use fails with ``EADDRINUSE`` instead of being shared through ``SO_REUSEPORT``)
@@ -155,8 +156,8 @@ class _Loop(asyncio.SelectorEventLoop):
 
 
 class Bridge:
-    """RSGI in, WSGI out: read the whole body on the event loop (deadline, cap), then hand the
-    request to a worker thread, which runs the WSGI application and sends its response itself.
+    """RSGI in, WSGI out: read the whole body (deadline, cap), then hand the request to a
+    worker thread, which runs the WSGI application and sends its response itself.
 
     A body of declared length is read in one piece; whoever comes first, the body (a ``_Direct``
     callback on the thread that read it) or its deadline (``_sweep`` on the loop), takes the
