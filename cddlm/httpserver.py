@@ -44,6 +44,21 @@ from granian.server.embed import Server as _EmbeddedServer
 log = logging.getLogger(__name__)
 logging.getLogger("granian").setLevel(logging.ERROR)   # "embedded server is experimental" etc.
 
+
+def _stand_in_task_belongs_to_no_loop() -> None:
+    """granian's own scheduler (``task_impl=rust``, below) registers a stand-in asyncio Task per
+    server without initialising it as a Future: ``asyncio.all_tasks()`` of any loop in the
+    process, and with it ``asyncio.run()``'s clean-up, then raises "Future object is not
+    initialized". The stand-in steps requests on the server's loop only; it is no task of any
+    loop's to list or cancel."""
+    from granian import _futures
+    stand_in = getattr(_futures, "_CBSchedulerTask", None)
+    if stand_in is not None and "get_loop" not in vars(stand_in):
+        stand_in.get_loop = lambda self: None
+
+
+_stand_in_task_belongs_to_no_loop()
+
 MiB = 1024 * 1024
 
 

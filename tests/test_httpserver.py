@@ -243,3 +243,19 @@ def test_tls_files_are_checked_before_serving(pki, tmp_path):
                                                            tls_key=pki.server_key_pkcs1))
     with pytest.raises(TlsConfigError, match="needs --tls-cert"):
         HttpServer(echo_app, "127.0.0.1", 0, ServerOptions(tls_client_ca=pki.ca_cert))
+
+
+def test_other_event_loops_in_the_process_still_list_and_end_their_tasks(server):
+    """granian's scheduler registers a stand-in task with asyncio; with a server running and
+    answering, ``asyncio.all_tasks`` and ``asyncio.run`` of other loops still work (a browser
+    driver's clean-up, or any asyncio program embedding a portal, failed on it)."""
+    import asyncio
+    s = server()
+    assert get(s.port, body=b"x")[0] == 200
+
+    async def main() -> int:
+        task = asyncio.create_task(asyncio.sleep(30))
+        await asyncio.sleep(0)
+        return len(asyncio.all_tasks())     # itself and the sleeper
+
+    assert asyncio.run(main()) == 2         # and run's clean-up cancelled the sleeper
