@@ -166,18 +166,28 @@ class Store:
     def single(self) -> Iterator[Connection]:
         """A connection for one read statement, without a transaction of its own (the hot
         path: one indexed SELECT per request). Each thread keeps its own."""
-        conn = getattr(self._local, "conn", None)
-        if conn is None:
-            with self._translate():
-                conn = self._local.conn = self._single.connect()
+        conn = self._thread_conn()
         try:
             with self._translate():
                 yield conn
                 conn.commit()   # ends SQLAlchemy's marker; AUTOCOMMIT means no database work
         except BaseException:
-            self._local.conn = None   # a failed connection is not reused; the next read opens one
-            conn.close()
+            self._drop_thread_conn(conn)   # not reused: the thread's next read opens one
             raise
+
+    def _thread_conn(self) -> Connection:
+        """The thread's own autocommit connection (``single``, ``first``), opened on first use."""
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            with self._translate():
+                conn = self._local.conn = self._single.connect()
+        return conn
+
+    def _drop_thread_conn(self, conn: Connection, broken: bool = False) -> None:
+        self._local.conn = self._local.cursor = self._local.cursor_of = None
+        if broken:      # gone or broken: the pool must not hand it out again
+            conn.invalidate()
+        conn.close()
 
     def first(self, statement, params: dict) -> dict | None:
         """The first row of a prebuilt SELECT as a dict (column names as keys), or None: the
@@ -196,17 +206,11 @@ class Store:
         params = {**defaults, **params}
         args = tuple(params[k] for k in order) if order is not None else params
         driver = self.engine.dialect.loaded_dbapi
-        conn = getattr(self._local, "conn", None)   # single()'s, without its transaction marker
+        conn = self._thread_conn()      # single()'s, without its transaction marker
         try:
-            if conn is None:
-                with self._translate():
-                    conn = self._local.conn = self._single.connect()
             row = self._fetch_first(conn, sql, args)
         except (driver.OperationalError, driver.InterfaceError) as e:
-            self._local.conn = self._local.cursor = self._local.cursor_of = None   # gone or
-            if conn is not None:                            # broken: the pool must not reuse it
-                conn.invalidate()
-                conn.close()
+            self._drop_thread_conn(conn, broken=True)
             raise StoreUnavailable("database unavailable: %s" % e) from None
         return dict(zip(names, row)) if row is not None else None
 
@@ -296,6 +300,5 @@ class Store:
     def dispose(self) -> None:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
-            conn.close()
-            self._local.conn = None
+            self._drop_thread_conn(conn)
         self.engine.dispose()
