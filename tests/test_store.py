@@ -123,6 +123,29 @@ def test_claims_lease_and_expire(db_url):
     store.dispose()
 
 
+def test_an_idle_worker_learns_when_the_next_item_may_be_claimed_in_one_read(db_url):
+    """``next_ready``: None on an empty queue; an unclaimed item when it is due; a leased one
+    when its lease runs out (or when due, if later)."""
+    store = make(db_url)
+    app = new_app(store)
+    pg = not store.is_sqlite
+    with store.single() as conn:
+        assert queue.next_ready(conn) is None
+    with store.write() as conn:
+        queue.add(conn, app.id, [("a", "deploy")], 1, 10.0)
+    with store.single() as conn:
+        assert queue.next_ready(conn) == 10.0
+    with store.write() as conn:
+        assert len(queue.claim(conn, "engine-1", 10.0, 30.0, 10, pg)) == 1
+    with store.single() as conn:
+        assert queue.next_ready(conn) == 40.0       # its lease's end
+    with store.write() as conn:
+        queue.add(conn, app.id, [("b", "deploy")], 1, 25.0)
+    with store.single() as conn:
+        assert queue.next_ready(conn) == 25.0
+    store.dispose()
+
+
 def test_concurrent_claimers_never_share_an_item(db_url):
     store = make(db_url)
     app = new_app(store)

@@ -218,9 +218,10 @@ class Engine:
             try:
                 now = self.clock()
                 with self.store.single() as conn:
-                    due = queue.any_due(conn, now)
-                    nap = IDLE_WAIT if due else min(IDLE_WAIT, max(
-                        0.01, (queue.next_due(conn) or now + IDLE_WAIT) - now))
+                    ready = queue.next_ready(conn)
+                due = ready is not None and ready <= now
+                nap = min(IDLE_WAIT, max(0.01, (ready if ready is not None else now + IDLE_WAIT)
+                                         - now))
                 items = []
                 if due:
                     with self.store.write() as conn:

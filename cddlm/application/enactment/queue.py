@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import and_, bindparam, delete, exists, func, insert, or_, select, update
+from sqlalchemy import and_, bindparam, case, delete, exists, func, insert, or_, select, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import aliased
 
@@ -69,21 +69,18 @@ def supersede(conn: Connection, app_id: str, generation: int) -> None:
     conn.execute(_SUPERSEDE, {"app_id": app_id, "generation": generation})
 
 
-_ANY_DUE = select(work.c.id).where(work.c.not_before <= bindparam("now"),
-                                   or_(work.c.owner.is_(None), work.c.lease_expires < bindparam("now"))).limit(1)
+# when each item may next be claimed: an unclaimed one when due, a leased one when due and
+# its lease has run out
+_READY_AT = case((work.c.owner.is_(None), work.c.not_before),
+                 else_=case((work.c.lease_expires > work.c.not_before, work.c.lease_expires),
+                            else_=work.c.not_before))
+_NEXT_READY = select(func.min(_READY_AT))
 
 
-def any_due(conn: Connection, now: float) -> bool:
-    """Whether some item may be claimable now (a read: idle workers look before they lock)."""
-    return conn.execute(_ANY_DUE, {"now": now}).first() is not None
-
-
-_NEXT_DUE = select(func.min(work.c.not_before)).where(work.c.owner.is_(None))
-
-
-def next_due(conn: Connection) -> float | None:
-    """When the earliest unclaimed item becomes due (None: there is none)."""
-    return conn.execute(_NEXT_DUE).scalar()
+def next_ready(conn: Connection) -> float | None:
+    """When the earliest item may be claimed (None: the queue is empty): one read, made by
+    idle workers before they lock anything and to know how long they may sleep."""
+    return conn.execute(_NEXT_READY).scalar()
 
 
 def _claimable(now: float):
