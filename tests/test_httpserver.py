@@ -132,30 +132,30 @@ def test_slow_bodies_cost_no_thread_and_time_out(server):
             c.close()
 
 
+def sent_in_parts(port: int, *parts: bytes, pause: float = 0.5) -> bytes:
+    """What the server answers to a request sent in ``parts``, ``pause`` seconds apart."""
+    with socket.create_connection(("127.0.0.1", port)) as c:
+        for i, part in enumerate(parts):
+            if i:
+                time.sleep(pause)
+            c.sendall(part)
+        c.settimeout(3)
+        return c.recv(1024)
+
+
 def test_a_body_in_parts_within_the_deadline_is_answered(server):
     s = server(body_timeout=2.0)
-    c = socket.create_connection(("127.0.0.1", s.port))
-    try:
-        c.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n01234")
-        time.sleep(0.5)
-        c.sendall(b"56789")
-        c.settimeout(3)
-        answer = c.recv(1024)
-        assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"POST /x 10 ")
-    finally:
-        c.close()
+    answer = sent_in_parts(s.port, b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n"
+                                   b"01234", b"56789")
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b"POST /x 10 ")
 
 
 def test_a_slow_chunked_body_times_out(server):
     s = server(body_timeout=1.0)
-    c = socket.create_connection(("127.0.0.1", s.port))
-    try:
-        c.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n<\r\n")
-        c.settimeout(3)
-        assert c.recv(1024).startswith(b"HTTP/1.1 408 ")
-        assert get(s.port, body=b"ok")[0] == 200
-    finally:
-        c.close()
+    answer = sent_in_parts(s.port, b"POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+                                   b"chunked\r\n\r\n1\r\n<\r\n")
+    assert answer.startswith(b"HTTP/1.1 408 ")
+    assert get(s.port, body=b"ok")[0] == 200
 
 
 def test_more_connections_than_select_allows(server):
