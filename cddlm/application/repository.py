@@ -42,7 +42,7 @@ class _Json:
         if obj is None:
             return self
         if obj.light and self.name in HEAVY:
-            raise LookupError("the application was read without its %s (lock_app light)"
+            raise LookupError("the application was read without its %s (light=True)"
                               % self.name)
         raw = obj._raw.get(self.name)
         value = json.loads(raw) if isinstance(raw, str) and raw else (
@@ -67,11 +67,9 @@ class App:
               "client_token", "request_digest", "init_token", "event_seq", "owner",
               "view_termination_time")   # the last: only when read through a view
 
-    light = False       # read without the HEAVY columns (``lock_app(light=True)``)
-
     def __init__(self, mapping: dict, light: bool = False):
         self._raw = mapping
-        self.light = light
+        self.light = light      # read without the HEAVY columns (``light=True``)
         for key in self.SIMPLE:
             self.__dict__[key] = mapping.get(key)
 
@@ -300,8 +298,9 @@ def view_for(conn: Connection | Store, app_id: str, portal: str, now: float) -> 
 
 def all_views(conn: Connection, portal: str, now: float, limit: int,
               owner: str | None = None) -> list[tuple[str, View | None]]:
-    """The newest ``limit`` applications (of ``owner`` only, when given), oldest first, each with its oldest live view through ``portal`` (None when it has
-    none). Two index reads: the page of applications, then their views."""
+    """The newest ``limit`` applications (of ``owner`` only, when given), oldest first, each
+    with its oldest live view through ``portal`` (None when it has none). Two index reads: the
+    page of applications, then their views."""
     a = applications.c
     query = select(a.id).where(*([a.owner == owner] if owner is not None else []))
     ids = [r[0] for r in conn.execute(query.order_by(a.created.desc(), a.id.desc()).limit(limit))]

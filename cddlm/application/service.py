@@ -50,7 +50,6 @@ from cddlm.lang.model import Deployment
 from cddlm.xsdtypes import parse_time
 
 
-
 @dataclass
 class DescriptorInput:
     language: str

@@ -62,35 +62,40 @@ def resolve_qname(el: etree._Element, value: str | None) -> str:
     return "{%s}%s" % (namespace, local) if namespace else local
 
 
-def get_property(body: etree._Element, props: Properties) -> etree._Element:
-    if len(body):
-        raise InvalidPropertyQName("GetResourceProperty takes a QName as text, not elements")
-    response = etree.Element(RP + "GetResourcePropertyResponse", nsmap={"wsrf-rp": ns.WSRF_RP})
-    response.extend(props.get(resolve_qname(body, body.text)))
-    return response
+def property_names(body: etree._Element) -> list[str]:
+    """The property QNames a GetResourceProperty (one) or GetMultipleResourceProperties body
+    names; ``InvalidPropertyQName`` when it is not written as the operation wants."""
+    if body.tag == RP + "GetResourceProperty":
+        if len(body):
+            raise InvalidPropertyQName("GetResourceProperty takes a QName as text, not elements")
+        return [resolve_qname(body, body.text)]
+    names = [c for c in body if isinstance(c.tag, str)]
+    if not names or any(c.tag != RP + "ResourceProperty" for c in names):
+        raise InvalidPropertyQName("GetMultipleResourceProperties takes one or more "
+                                   "wsrf-rp:ResourceProperty elements")
+    return [resolve_qname(c, c.text) for c in names]
 
 
 def requested(body: etree._Element) -> list[str] | None:
     """The property QNames a GetResourceProperty or GetMultipleResourceProperties request
     names; None for any other request, or one its operation will refuse."""
+    if body.tag not in (RP + "GetResourceProperty", RP + "GetMultipleResourceProperties"):
+        return None
     try:
-        if body.tag == RP + "GetResourceProperty":
-            return None if len(body) else [resolve_qname(body, body.text)]
-        if body.tag == RP + "GetMultipleResourceProperties":
-            names = [c for c in body if isinstance(c.tag, str)]
-            if names and all(c.tag == RP + "ResourceProperty" for c in names):
-                return [resolve_qname(c, c.text) for c in names]
+        return property_names(body)
     except InvalidPropertyQName:
-        pass
-    return None
+        return None
+
+
+def get_property(body: etree._Element, props: Properties) -> etree._Element:
+    (qname,) = property_names(body)
+    response = etree.Element(RP + "GetResourcePropertyResponse", nsmap={"wsrf-rp": ns.WSRF_RP})
+    response.extend(props.get(qname))
+    return response
 
 
 def get_multiple(body: etree._Element, props: Properties) -> etree._Element:
-    names = [c for c in body if isinstance(c.tag, str)]
-    if not names or any(c.tag != RP + "ResourceProperty" for c in names):
-        raise InvalidPropertyQName("GetMultipleResourceProperties takes one or more "
-                                   "wsrf-rp:ResourceProperty elements")
-    qnames = [resolve_qname(c, c.text) for c in names]
+    qnames = property_names(body)
     response = etree.Element(RP + "GetMultipleResourcePropertiesResponse",
                              nsmap={"wsrf-rp": ns.WSRF_RP})
     for qn in qnames:

@@ -220,8 +220,7 @@ class Engine:
                 with self.store.single() as conn:
                     ready = queue.next_ready(conn)
                 due = ready is not None and ready <= now
-                nap = min(IDLE_WAIT, max(0.01, (ready if ready is not None else now + IDLE_WAIT)
-                                         - now))
+                nap = IDLE_WAIT if ready is None else min(IDLE_WAIT, max(0.01, ready - now))
                 items = []
                 if due:
                     with self.store.write() as conn:

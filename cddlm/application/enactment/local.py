@@ -408,9 +408,7 @@ class LocalRunner:
     def _failing(self, pid: int, started: str | None, failed: Outcome) -> "_Wait":
         """``failed``, once the process group has stopped (TERM, KILL 2 s later): waited for
         with the rest of its batch, which goes on keeping its lease and reporting meanwhile."""
-        wait = _Wait(lambda: None, 0.0)
-        wait.become(self._stopping(pid, started, "TERM", 2.0), failed)
-        return wait
+        return self._stopping(pid, started, "TERM", 2.0).ending_with(failed)
 
     @staticmethod
     def _failure(gone: Outcome, base: dict, prefix: str = "") -> Outcome:
@@ -561,13 +559,19 @@ class _Wait:
         self.key: Any = None
         self.outcome: Outcome | None = None
 
-    def become(self, other: "_Wait", outcome: Outcome | None = None) -> None:
-        """Go on as ``other`` (same key, same place in its batch), ending when it ends, with
-        ``outcome`` if given. Returns None: not ended yet."""
+    def ending_with(self, outcome: Outcome) -> "_Wait":
+        """This wait, ending with ``outcome`` instead of its own."""
+        poll = self.poll
+        self.poll = lambda: outcome if poll() is not None else None
+        return self
+
+    def become(self, other: "_Wait") -> None:
+        """Go on as ``other`` (same key, same place in its batch; its interval as it changes).
+        Returns None: not ended yet."""
         def poll() -> Outcome | None:
             got = other.poll()
             self.interval = other.interval
-            return outcome if got is not None and outcome is not None else got
+            return got
         self.poll, self.interval = poll, other.interval
 
 
