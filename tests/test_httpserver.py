@@ -193,6 +193,60 @@ def test_a_failing_application_is_a_500_and_the_server_goes_on(server):
     assert get(s.port)[0] == 500
 
 
+
+# -- the worker pool --------------------------------------------------------------------------------
+def test_slow_requests_do_not_hold_up_quick_ones(server):
+    """Quick requests run at most two at once (``_Pool.lively``); one that takes longer than
+    the pool's patience stops counting, so slow ones run side by side, each on its own worker,
+    and a quick one behind them is still answered at once."""
+    def app(environ, start_response):
+        if environ["PATH_INFO"] == "/slow":
+            time.sleep(1.5)
+        start_response("200 OK", [("Content-Type", "text/plain")])
+        return [environ["PATH_INFO"].encode()]
+    s = server(app, threads=6)
+    answers: list = []
+    started = time.monotonic()
+    slow = [threading.Thread(target=lambda: answers.append((get(s.port, "/slow", b"x"),
+                                                             time.monotonic() - started)))
+            for _ in range(4)]
+    for t in slow:
+        t.start()
+    time.sleep(0.3)                          # all four are running, two past the patience
+    t0 = time.monotonic()
+    assert get(s.port, "/quick", b"x") == (200, b"/quick")
+    assert time.monotonic() - t0 < 0.5       # not after a slow one (1.5 s)
+    for t in slow:
+        t.join(10)
+    assert [a[0] for a in answers] == [(200, b"/slow")] * 4
+    assert max(a[1] for a in answers) < 2.5  # side by side, not two by two (3 s)
+
+
+def test_the_pool_runs_quick_jobs_at_most_lively_at_once_and_ends_its_workers():
+    running, most, lock = [0], [0], threading.Lock()
+    done = threading.Semaphore(0)
+
+    def run(job):
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.01)
+        with lock:
+            running[0] -= 1
+        done.release()
+
+    pool = httpserver._Pool(run, 6, "test-pool", lively=2, patience=5.0)
+    for i in range(30):
+        pool.put(i)
+    for _ in range(30):
+        assert done.acquire(timeout=5)
+    assert most[0] == 2                 # six workers, never more than two at once
+    pool.close()
+    for t in pool._threads:
+        t.join(5)
+        assert not t.is_alive()
+
+
 # -- TLS --------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory):
