@@ -244,6 +244,10 @@ def main() -> int:
                     print("(the raw lxml-on-waitress floor of the target: pip install waitress)")
                 print("create p99, %d client(s): %.1f ms (target < 50 ms)"
                       % (clients, table[("create", clients)]["p99"]))
+            # the target read goes as the cycles' applications went (a PostgreSQL store
+            # outlives the run)
+            _post(conn, app_path, (ENV % "<api:terminateRequest/>").encode())
+            _post(conn, app_path, (ENV % "<api:destroyRequest/>").encode())
         finally:
             server.terminate()
             server.wait(timeout=30)
