@@ -455,3 +455,25 @@ def test_a_batch_keeps_its_lease_and_reports_while_it_spawns(tmp_path):
     finally:
         runner.stop_many([(k, jobs[k][1], o.pid, o.pid_start) for k, o in reported], None,
                          lambda pairs: None)
+
+
+def test_processes_are_started_from_a_descriptor_table_of_their_own(tmp_path):
+    """The k-th start of a portal watching k processes copied and closed k descriptors (one
+    pidfd each): starts run on the spawner's thread, whose table holds only 0-2 and what it
+    opens itself, whatever the portal holds; its errors reach the caller."""
+    from cddlm.application.enactment import spawner
+    sp = spawner.spawner()
+    if not sp.separate:
+        pytest.skip("this system cannot give a thread a descriptor table of its own")
+    held = [os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC) for _ in range(300)]
+    try:
+        here = len(os.listdir("/proc/thread-self/fd"))
+        there = sp.call(lambda: len(os.listdir("/proc/thread-self/fd")))
+        assert here > 300 and there <= 4         # 0-2 and the listing's own
+        with pytest.raises(OSError):             # the portal's descriptors are not there
+            sp.call(os.fstat, held[-1])
+        with pytest.raises(FileNotFoundError):
+            sp.call(open, str(tmp_path / "missing"))
+    finally:
+        for fd in held:
+            os.close(fd)

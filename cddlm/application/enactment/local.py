@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from cddlm import affinity, netsafe
-from cddlm.application.enactment import confine, logs, procfs, states
+from cddlm.application.enactment import confine, logs, procfs, spawner, states
 from cddlm.application.enactment.confine import Account, Escape
 from cddlm.budget import PatternError, user_regex
 from cddlm.config import Settings
@@ -338,37 +338,46 @@ class LocalRunner:
         return Outcome("running", **base)
 
     def _spawn(self, t: Target, workdir: str):
-        pidfile = os.path.join(workdir, "pid")
+        argv0 = t.attributes["argv"][0]
         try:
             account = self.account(t)
-            self._make_dirs(t, account)
-            cwd = self._cwd(t, workdir)
-            logs = [confine.open_log(self.app_dir(t.app_id), t.path + "/" + name, account)
-                    for name in ("stdout.log", "stderr.log")]
+            env = self._env(t, workdir, account)
+            # the start itself on the spawner's thread: its descriptor table is not the
+            # portal's, which holds one descriptor per running process (see ``spawner``)
+            proc = spawner.spawner().call(self._start, t, workdir, account, env)
         except (LookupError, Escape) as e:
-            return Outcome("failed", "cannot start %s: %s" % (t.attributes["argv"][0], e))
+            return Outcome("failed", "cannot start %s: %s" % (argv0, e))
         except OSError as e:
-            return Outcome("failed", "cannot start %s: %s" % (t.attributes["argv"][0], e.strerror))
+            return Outcome("failed", "cannot start %s: %s" % (argv0, e.strerror))
+        started = procfs.start_time(proc.pid) or ""
+        with self._lock:
+            self._children[proc.pid] = (proc, started)
+            self._ended.pop(proc.pid, None)
+        return proc.pid, started
+
+    def _start(self, t: Target, workdir: str, account: Account | None,
+               env: dict[str, str]) -> subprocess.Popen:
+        """Directories, logs and the process (on the spawner's thread: only descriptors of
+        its own, see ``spawner``)."""
+        self._make_dirs(t, account)
+        cwd = self._cwd(t, workdir)
+        pidfile = os.path.join(workdir, "pid")
         try:
             os.unlink(pidfile)
         except FileNotFoundError:
             pass
         as_account = {} if account is None else dict(user=account.uid, group=account.gid,
                                                       extra_groups=[], umask=0o077)
-        try:
+        base = self.app_dir(t.app_id)
+        out = confine.open_log(base, t.path + "/stdout.log", account)
+        with open(out, "ab") as out_file:
+            err = confine.open_log(base, t.path + "/stderr.log", account)
             # a component runs on every CPU, whatever the portal's own threads are pinned to
-            with open(logs[0], "ab") as out, open(logs[1], "ab") as err, affinity.unpinned():
-                proc = subprocess.Popen(["/bin/sh", "-c", WRAPPER, pidfile] + list(t.attributes["argv"]),
-                                        cwd=cwd, env=self._env(t, workdir, account),
-                                        stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+            with open(err, "ab") as err_file, affinity.unpinned():
+                return subprocess.Popen(["/bin/sh", "-c", WRAPPER, pidfile] + list(t.attributes["argv"]),
+                                        cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                        stdout=out_file, stderr=err_file,
                                         start_new_session=True, close_fds=True, **as_account)
-        except OSError as e:
-            return Outcome("failed", "cannot start %s: %s" % (t.attributes["argv"][0], e.strerror))
-        started = procfs.start_time(proc.pid) or ""
-        with self._lock:
-            self._children[proc.pid] = (proc, started)
-            self._ended.pop(proc.pid, None)
-        return proc.pid, started
 
     def _readiness_wait(self, t, pid, started, ready, base) -> "Outcome | _Wait":
         timeout = float(ready.get("timeout") or READINESS_TIMEOUT)

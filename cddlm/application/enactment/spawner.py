@@ -1,0 +1,92 @@
+"""Processes started from one thread with a descriptor table of its own.
+
+A new process begins with a copy of its parent's descriptor table and closes all but its three
+standard ones before it runs its program. The portal holds a descriptor for each process it
+watches (a pidfd, see ``watch``), so with k processes running the next start copies and closes
+k descriptors: measured on a 2-core VM, 1,000 starts of ``/bin/true`` took 0.35 s beside no
+other descriptor and 1.44 s beside 10,000, which made starting 10,000 processes grow faster
+than their number.
+
+``Spawner`` runs each start on a thread that has unshared its descriptor table
+(``unshare(CLONE_FILES)``) and closed everything in it but 0-2: whatever the rest of the portal
+holds, a start copies a handful of descriptors. The thread's table is its alone, so what runs
+there opens, uses and closes its own descriptors and nothing else: no logging (a handler's
+file is not in that table, and its number may name another file there), no database, no user
+lookups (a name service may keep a socket); callers do those first and pass the results in.
+Where the table cannot be unshared (not Linux), starts run on the calling thread as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import queue
+import threading
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+
+CLONE_FILES = 0x00000400
+
+
+def _unshare_descriptors() -> bool:
+    """Give the calling thread a descriptor table of its own holding only 0, 1 and 2."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.unshare(CLONE_FILES) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1 << 20)
+    return True
+
+
+class Spawner:
+    """``call(fn, ...)`` runs ``fn`` on the spawning thread and returns its result (or raises
+    its exception) on the caller's; calls from several threads take turns."""
+
+    def __init__(self, name: str = "cddlm-spawner"):
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._ready = threading.Event()
+        self.separate = False           # whether the thread's table is its own
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+        self._ready.wait()
+
+    def call(self, fn: Callable[..., T], *args: Any) -> T:
+        if not self.separate:
+            return fn(*args)
+        done = threading.Lock()
+        done.acquire()
+        outcome: list = []
+        self._jobs.put((fn, args, outcome, done))
+        done.acquire()
+        result, error = outcome
+        if error is not None:
+            raise error
+        return result
+
+    def _run(self) -> None:
+        self.separate = _unshare_descriptors()
+        self._ready.set()
+        if not self.separate:
+            return
+        while True:
+            fn, args, outcome, done = self._jobs.get()
+            try:
+                outcome[:] = [fn(*args), None]
+            except BaseException as e:      # noqa: BLE001 - raised again on the caller's thread
+                outcome[:] = [None, e]
+            done.release()
+
+
+_spawner: Spawner | None = None
+_lock = threading.Lock()
+
+
+def spawner() -> Spawner:
+    """The process's one spawner, started on first use."""
+    global _spawner
+    with _lock:
+        if _spawner is None:
+            _spawner = Spawner()
+        return _spawner
