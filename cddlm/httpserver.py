@@ -247,7 +247,10 @@ class _Pool:
                 job, slot[1] = slot[1], None
                 if job is None:
                     return
-            self._run(job)
+            try:
+                self._run(job)
+            except Exception:   # noqa: BLE001 - the pool keeps its worker
+                log.exception("a worker's job failed")
 
 
 class Bridge:

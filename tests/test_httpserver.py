@@ -317,3 +317,18 @@ def test_other_event_loops_in_the_process_still_list_and_end_their_tasks(server)
     t.start()
     t.join(10)
     assert got == [2]                       # and run's clean-up cancelled the sleeper
+
+
+def test_a_job_that_raises_leaves_the_pool_its_worker():
+    ran = threading.Semaphore(0)
+
+    def run(job):
+        if job == "bad":
+            raise RuntimeError("boom")
+        ran.release()
+
+    pool = httpserver._Pool(run, 1, "test-pool")
+    pool.put("bad")
+    pool.put("good")
+    assert ran.acquire(timeout=5)        # the one worker went on
+    pool.close()

@@ -14,6 +14,11 @@ there opens, uses and closes its own descriptors and nothing else: no logging (a
 file is not in that table, and its number may name another file there), no database, no user
 lookups (a name service may keep a socket); callers do those first and pass the results in.
 Where the table cannot be unshared (not Linux), starts run on the calling thread as before.
+
+Signals: the thread does not block them (a process started from it would inherit the mask).
+Linux gives a signal sent to the process to its main thread unless that thread blocks it or
+has one pending, and the portal's handlers (SIGTERM, SIGINT) write to no descriptor (no
+``set_wakeup_fd``), so a handler that did run on this thread would touch nothing of its table.
 """
 
 from __future__ import annotations
