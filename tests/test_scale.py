@@ -477,3 +477,47 @@ def test_processes_are_started_from_a_descriptor_table_of_their_own(tmp_path):
     finally:
         for fd in held:
             os.close(fd)
+
+
+def test_idle_workers_take_turns_looking_at_the_queue(tmp_path, monkeypatch):
+    """An idle portal's workers do not each read the queue every second: one looks (when an
+    item is due, at least every second), the others sleep until work wakes them; work then
+    runs as before."""
+    from cddlm.app import Portal as PortalApp
+    from cddlm.application.enactment import queue
+    from cddlm.application.service import DescriptorInput
+    from cddlm.config import Settings
+    from cddlm import xmlsafe
+    looks: list[float] = []
+    real = queue.next_ready
+
+    def counted(conn):
+        looks.append(time.monotonic())
+        return real(conn)
+
+    monkeypatch.setattr(queue, "next_ready", counted)
+    portal = PortalApp(Settings(state_dir=str(tmp_path / "state"), port=0, engine_workers=4))
+    portal.url = "http://127.0.0.1:1"
+    portal.start()
+    try:
+        time.sleep(1.0)         # the workers' first looks, then idle
+        looks.clear()
+        time.sleep(4.0)
+        assert 2 <= len(looks) <= 7, len(looks)     # about one a second (each of four: 16)
+        svc = portal.service
+        app, _ = svc.create(None, None, [], portal.url)
+        svc.initialize(app.id, DescriptorInput(NATIVE, body=xmlsafe.parse(etree.tostring(
+            _many(12, ["sleep", "30"])))), [], [])
+        svc.run(app.id)
+        _until(lambda: svc.get(app.id).state == "running", 20)
+        svc.terminate(app.id, "done")
+        _until(lambda: svc.get(app.id).state == "terminated", 20)
+    finally:
+        portal.stop()
+
+
+def _until(condition, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

@@ -57,6 +57,7 @@ BATCH = 500                     # work items of one application enacted together
                                 # a worker's share of those waiting, see queue.claim_batch)
 REPORT_EVERY = 0.25             # seconds between records of one batch's outcomes (at least)
 IDLE_WAIT = 1.0                 # seconds an idle worker sleeps between looks at the queue
+LOOKER_RELIEF = 30.0            # seconds the other idle workers sleep, if nothing wakes them
 FULL_SWEEP = 15                 # liveness passes between reads of every running process
 INTENT_CHECK = 0.5              # seconds between looks for a newer intent while waiting
 SETTLE_EVERY = 2.0              # seconds: a batch's records reconcile at least this often
@@ -89,6 +90,7 @@ class Engine:
         self.delegate = delegate     # portal URL -> the runner of ``delegate`` components
         self.delegates: dict[str, object] = {}
         self._wake = threading.Event()
+        self._looker = threading.Lock()     # held by the idle worker that looks at the queue
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._trees: dict[tuple[str, int], tuple[Deployment, dict]] = {}
@@ -232,11 +234,19 @@ class Engine:
                 self._stop.wait(1.0)
                 continue
             if not items:
-                # new work wakes the workers; items due later and leases that expire are
-                # looked for when due, and at least every IDLE_WAIT seconds
-                self._wake.wait(nap)
+                # new work wakes the workers; items due later and leases that expire (or
+                # work another portal on the store added) are looked for by one idle worker
+                # at a time, the looker: when due, and at least every IDLE_WAIT seconds
+                looking = self._looker.acquire(blocking=False)
+                try:
+                    self._wake.wait(nap if looking else LOOKER_RELIEF)
+                finally:
+                    if looking:
+                        self._looker.release()
                 self._wake.clear()
                 continue
+            if not self._looker.locked():
+                self._wake.set()    # the looker found work: another idle worker looks on
             batch = _Batch(items)
             try:
                 self._perform(batch)
