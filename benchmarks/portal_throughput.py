@@ -245,7 +245,9 @@ def main() -> int:
                 print("create p99, %d client(s): %.1f ms (target < 50 ms)"
                       % (clients, table[("create", clients)]["p99"]))
             # the target read goes as the cycles' applications went (a PostgreSQL store
-            # outlives the run)
+            # outlives the run), on a new connection (the server has closed the idle one)
+            conn.close()
+            conn = http.client.HTTPConnection(host.hostname, host.port)
             _post(conn, app_path, (ENV % "<api:terminateRequest/>").encode())
             _post(conn, app_path, (ENV % "<api:destroyRequest/>").encode())
         finally:

@@ -251,7 +251,8 @@ def register(sub) -> None:
     sv.add_argument("--tls-client-ca", metavar="PEM",
                     help="require client certificates signed by these CAs (mutual TLS)")
     sv.add_argument("--server-threads", type=int, default=8, metavar="N",
-                    help="threads answering requests (default 8)")
+                    help="threads answering requests (default 8; two answer quick requests, "
+                         "the others join in while some are slow)")
     sv.add_argument("--cpu", metavar="LIST",
                     help="run the portal's own threads on these CPUs only, e.g. 0 or 0-1 (fewer "
                          "cross-core hand-overs per request; the components it starts still run "
