@@ -287,17 +287,15 @@ class Delivery:
         self._next_maintenance = now + MAINTENANCE_INTERVAL
         prune = self._sweep is not None or now >= self._next_prune
         with self.store.single() as conn:
-            expirable = outbox.expirable(conn, now)
-            unwanted = outbox.unwanted(conn, now)
-            orphaned = outbox.orphaned(conn, self.owner)
-        if not (expirable or unwanted or orphaned or prune):
+            todo = outbox.maintenance(conn, now, self.owner)
+        if not (any(todo) or prune):
             return
         with self.store.write() as conn:
-            if expirable:
+            if todo.expirable:
                 outbox.expire(conn, now)
-            if unwanted:
+            if todo.unwanted:
                 outbox.mark_unwanted(conn, now)
-            if orphaned:
+            if todo.orphaned:
                 outbox.release_orphaned(conn, self.owner)
             if prune:
                 self._prune_step(conn, now)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Callable, Mapping, NamedTuple
 
 from sqlalchemy import (and_, bindparam, case, delete, exists, func, insert, or_, select, text,
                         tuple_, update)
@@ -273,12 +273,6 @@ _ORPHANED = and_(s.owner.is_not(None), s.owner != bindparam("me"),
                  ~exists().where(engines.c.id == s.owner))
 
 
-def orphaned(conn: Connection, me: str) -> bool:
-    """Whether some subscription is leased by a portal that is gone (a read, for the
-    maintenance pass)."""
-    return conn.execute(select(s.id).where(_ORPHANED).limit(1), {"me": me}).first() is not None
-
-
 def release_orphaned(conn: Connection, me: str) -> int:
     """Free the leases of portals whose engines are gone (a dead engine's row is deleted by
     the engine that finds it dead), so their deliveries resume without waiting for the lease
@@ -305,10 +299,25 @@ def pending(conn: Connection, now: float) -> tuple[bool, float | None]:
     return wanted is not None, due
 
 
-def unwanted(conn: Connection, now: float) -> bool:
-    """Whether events nobody is subscribed to wait to be marked fanned out."""
-    return conn.execute(select(e.id).where(_UNFANNED, ~_SUBSCRIBED).limit(1), {"now": now}).first() \
-        is not None
+class Maintenance(NamedTuple):
+    """What the maintenance pass has to do: subscriptions to end (``expire``), events nobody
+    is subscribed to (``mark_unwanted``), leases of portals that are gone
+    (``release_orphaned``)."""
+    expirable: bool
+    unwanted: bool
+    orphaned: bool
+
+
+_MAINTENANCE = select(
+    exists().where(or_(s.termination_time <= bindparam("now"), s.status == ENDED)),
+    exists().where(_UNFANNED, ~_SUBSCRIBED),
+    exists().where(_ORPHANED))
+
+
+def maintenance(conn: Connection, now: float, me: str) -> Maintenance:
+    """What the maintenance pass has to do, in one read (an idle portal writes nothing and
+    asks once)."""
+    return Maintenance(*(bool(v) for v in conn.execute(_MAINTENANCE, {"now": now, "me": me}).one()))
 
 
 def mark_unwanted(conn: Connection, now: float) -> int:
@@ -318,12 +327,6 @@ def mark_unwanted(conn: Connection, now: float) -> int:
     is; and an ApplicationCreated event older than a portal subscription is not owed to it."""
     return conn.execute(update(events).where(_UNFANNED, ~_SUBSCRIBED).values(fanned_out=True),
                         {"now": now}).rowcount
-
-
-def expirable(conn: Connection, now: float) -> bool:
-    """Whether ``expire`` has anything to do (a read, so an idle portal writes nothing)."""
-    return conn.execute(select(s.id).where(or_(s.termination_time <= now, s.status == ENDED))
-                        .limit(1)).first() is not None
 
 
 def expire(conn: Connection, now: float) -> int:

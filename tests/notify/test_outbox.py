@@ -9,7 +9,7 @@ import time
 
 import pytest
 from lxml import etree
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 
 from cddlm import ns
 from cddlm.application import repository as repo
@@ -280,6 +280,22 @@ def test_ending_expiring_and_pruning(store, fan_out):
     assert left == [(keep, 2)]                                   # the newest of a live producer
 
 
+
+def test_the_maintenance_pass_learns_what_it_has_to_do_in_one_read(store):
+    app, view = new_app(store)
+    sub = subscribe(store, app, view, 1.0)
+    with store.write() as conn:
+        records.change(conn, sub, termination_time=20.0)
+    with store.read() as conn:
+        assert outbox.maintenance(conn, 10.0, "p1")[::2] == (False, False)
+        assert outbox.maintenance(conn, 21.0, "p1").expirable is True     # past its time
+    with store.write() as conn:                 # leased by a portal with no engine row
+        conn.execute(update(subscriptions).where(subscriptions.c.id == sub)
+                     .values(owner="gone", lease_expires=100.0))
+    with store.read() as conn:
+        assert outbox.maintenance(conn, 10.0, "p1").orphaned is True
+        assert outbox.maintenance(conn, 10.0, "gone").orphaned is False   # its own lease
+
 def test_pruning_in_steps_looks_only_at_its_window(store, fan_out):
     """A sweep prunes a range of event ids at a time (delivery._prune_step): what lies
     outside the window stays for a later step, and the steps together prune what one pass
@@ -340,11 +356,11 @@ def test_events_nobody_wants_are_marked_in_bulk_without_fan_out(store, fan_out):
     subscribe(store, watched, view, 1.5)
     advance(store, watched, "initialized", 2.0)
     with store.read() as conn:
-        assert outbox.pending(conn, 10.0)[0] is True and outbox.unwanted(conn, 10.0) is True
+        assert outbox.pending(conn, 10.0)[0] is True and outbox.maintenance(conn, 10.0, "me").unwanted is True
     with store.write() as conn:
         assert outbox.mark_unwanted(conn, 10.0) == 2           # lonely's and watched's first event
     with store.read() as conn:
-        assert outbox.unwanted(conn, 10.0) is False and outbox.pending(conn, 10.0)[0] is True
+        assert outbox.maintenance(conn, 10.0, "me").unwanted is False and outbox.pending(conn, 10.0)[0] is True
     assert fan_out(store) == 1                                   # only the wanted one is left
     with store.read() as conn:
         assert outbox.pending(conn, 10.0)[0] is False
