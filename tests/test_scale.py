@@ -521,3 +521,19 @@ def _until(condition, timeout: float) -> None:
     while not condition():
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_a_forked_child_starts_processes_with_a_spawner_of_its_own():
+    import multiprocessing
+    from cddlm.application.enactment import spawner
+    spawner.spawner()                           # the parent's, with its thread
+    ctx = multiprocessing.get_context("fork")
+    with ctx.Pool(1) as pool:
+        # not waiting forever for a thread the child does not have
+        assert pool.apply_async(_spawn_in_child).get(timeout=20) == 0
+
+
+def _spawn_in_child() -> int:
+    import subprocess
+    from cddlm.application.enactment import spawner
+    return spawner.spawner().call(lambda: subprocess.call(["true"]))

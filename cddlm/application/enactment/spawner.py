@@ -88,6 +88,15 @@ _spawner: Spawner | None = None
 _lock = threading.Lock()
 
 
+def _forgotten_in_child() -> None:
+    """A forked child has only the thread that forked: it starts a spawner of its own."""
+    global _spawner, _lock
+    _spawner, _lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forgotten_in_child)
+
+
 def spawner() -> Spawner:
     """The process's one spawner, started on first use."""
     global _spawner
