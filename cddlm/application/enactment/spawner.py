@@ -1,4 +1,4 @@
-"""Processes started from one thread with a descriptor table of its own.
+"""Processes started from threads with descriptor tables of their own.
 
 A new process begins with a copy of its parent's descriptor table and closes all but its three
 standard ones before it runs its program. The portal holds a descriptor for each process it
@@ -47,15 +47,20 @@ def _unshare_descriptors() -> bool:
 
 
 class Spawner:
-    """``call(fn, ...)`` runs ``fn`` on the spawning thread and returns its result (or raises
-    its exception) on the caller's; calls from several threads take turns."""
+    """``call(fn, ...)`` runs ``fn`` on one of the spawning threads and returns its result (or
+    raises its exception) on the caller's; ``threads`` calls run side by side (four: the
+    engine's default number of workers, whose starts went side by side before)."""
 
-    def __init__(self, name: str = "cddlm-spawner"):
+    def __init__(self, threads: int = 4, name: str = "cddlm-spawner"):
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
-        self._ready = threading.Event()
-        self.separate = False           # whether the thread's table is its own
-        threading.Thread(target=self._run, name=name, daemon=True).start()
-        self._ready.wait()
+        self._unshared: queue.SimpleQueue = queue.SimpleQueue()
+        for i in range(threads):
+            threading.Thread(target=self._run, name="%s-%d" % (name, i), daemon=True).start()
+        # whether every thread's table is its own (else none is used)
+        self.separate = all([self._unshared.get() for _ in range(threads)])
+        if not self.separate:
+            for _ in range(threads):
+                self._jobs.put(None)
 
     def call(self, fn: Callable[..., T], *args: Any) -> T:
         if not self.separate:
@@ -71,12 +76,12 @@ class Spawner:
         return result
 
     def _run(self) -> None:
-        self.separate = _unshare_descriptors()
-        self._ready.set()
-        if not self.separate:
-            return
+        self._unshared.put(_unshare_descriptors())
         while True:
-            fn, args, outcome, done = self._jobs.get()
+            job = self._jobs.get()
+            if job is None:
+                return
+            fn, args, outcome, done = job
             try:
                 outcome[:] = [fn(*args), None]
             except BaseException as e:      # noqa: BLE001 - raised again on the caller's thread
