@@ -342,9 +342,10 @@ class LocalRunner:
         try:
             account = self.account(t)
             env = self._env(t, workdir, account)
-            # the start itself on the spawner's thread: its descriptor table is not the
-            # portal's, which holds one descriptor per running process (see ``spawner``)
-            proc = spawner.spawner().call(self._start, t, workdir, account, env)
+            # the start itself on a spawner thread: its descriptor table is not the portal's,
+            # which holds one descriptor per running process (see ``spawner``)
+            starter = spawner.spawner(self.settings.engine_workers)
+            proc = starter.call(self._start, t, workdir, account, env)
         except (LookupError, Escape) as e:
             return Outcome("failed", "cannot start %s: %s" % (argv0, e))
         except OSError as e:

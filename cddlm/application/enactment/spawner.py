@@ -48,8 +48,8 @@ def _unshare_descriptors() -> bool:
 
 class Spawner:
     """``call(fn, ...)`` runs ``fn`` on one of the spawning threads and returns its result (or
-    raises its exception) on the caller's; ``threads`` calls run side by side (four: the
-    engine's default number of workers, whose starts went side by side before)."""
+    raises its exception) on the caller's; ``threads`` calls run side by side (as many as
+    the engine has workers: their starts went side by side before)."""
 
     def __init__(self, threads: int = 4, name: str = "cddlm-spawner"):
         self._jobs: queue.SimpleQueue = queue.SimpleQueue()
@@ -102,10 +102,10 @@ def _forgotten_in_child() -> None:
 os.register_at_fork(after_in_child=_forgotten_in_child)
 
 
-def spawner() -> Spawner:
-    """The process's one spawner, started on first use."""
+def spawner(threads: int = 4) -> Spawner:
+    """The process's one spawner, started on first use with ``threads`` threads."""
     global _spawner
     with _lock:
         if _spawner is None:
-            _spawner = Spawner()
+            _spawner = Spawner(max(1, threads))
         return _spawner
