@@ -179,7 +179,7 @@ class _Pool:
 
     A worker that finishes takes the next request itself; idle workers wait each on its own
     lock, and the most recently idle one is woken first (its memory is the warmest). ``check``
-    (called while requests are in flight, see ``Bridge._check``) wakes workers when those
+    (called while requests are in flight, see ``Bridge._tick``) wakes workers when those
     running have grown slow with a backlog waiting."""
 
     def __init__(self, run: Callable[[Any], None], threads: int, name: str,
@@ -258,10 +258,9 @@ class Bridge:
     worker thread, which runs the WSGI application and sends its response itself.
 
     A body of declared length is read in one piece; whoever comes first, the body (a ``_Direct``
-    callback on the thread that read it) or its deadline (``_sweep`` on the loop), takes the
+    callback on the thread that read it) or its deadline (``_tick`` on the loop), takes the
     request out of ``_pending`` and answers it: the worker's job, or 408."""
 
-    SWEEP_EVERY = 0.25      # seconds between checks of the body deadlines, while any is pending
 
     def __init__(self, app: Callable, options: ServerOptions, name: str):
         self.app = app
@@ -269,13 +268,12 @@ class Bridge:
         self.base = {"wsgi.version": (1, 0), "wsgi.errors": sys.stderr, "wsgi.multithread": True,
                      "wsgi.multiprocess": False, "wsgi.run_once": False, "SCRIPT_NAME": ""}
         self._pool = _Pool(self._answer, options.threads, name)
-        self._checking = False      # (on the loop's thread) whether ``_check`` is due
+        self._ticking = False       # (on the loop's thread) whether ``_tick`` is due
         # bodies being read, oldest first: key -> (deadline, proto, body future, done); one
         # deadline for all, so the oldest expire first. The reader's thread and the loop's
         # take a request out under the lock: exactly one of them answers it.
         self._pending: "collections.OrderedDict[int, tuple]" = collections.OrderedDict()
         self._pending_lock = threading.Lock()
-        self._sweeping = False
 
     def close(self) -> None:
         self._pool.close()
@@ -292,9 +290,9 @@ class Bridge:
             return
         loop = asyncio.get_running_loop()
         done = loop.create_future()
-        if not self._checking:
-            self._checking = True
-            loop.call_later(self._pool.patience, self._check, loop)
+        if not self._ticking:
+            self._ticking = True
+            loop.call_later(self._pool.patience, self._tick, loop)
         if size is not None and size > self.options.max_body_bytes:
             # the application sees the declared length and refuses it unread
             self._pool.put((scope, b"", size, proto, loop, done))
@@ -323,9 +321,6 @@ class Bridge:
         fut = proto()
         with self._pending_lock:
             self._pending[key] = (time.monotonic() + self.options.body_timeout, proto, fut, done)
-        if not self._sweeping:
-            self._sweeping = True
-            loop.call_later(self.SWEEP_EVERY, self._sweep, loop)
 
         def arrived(f) -> None:
             with self._pending_lock:
@@ -340,7 +335,9 @@ class Bridge:
 
         fut.add_done_callback(_Direct(arrived))
 
-    def _sweep(self, loop) -> None:
+    def _tick(self, loop) -> None:
+        """While requests are in flight (every ``patience`` seconds): answer the bodies past
+        their deadline with 408, and let the pool see whether its workers have grown slow."""
         now, late = time.monotonic(), []
         with self._pending_lock:
             pending = self._pending
@@ -354,10 +351,10 @@ class Bridge:
             fut.cancel()
             self._late(proto)
             done.set_result(None)
-        if more:
-            loop.call_later(self.SWEEP_EVERY, self._sweep, loop)
+        if self._pool.check() or more:
+            loop.call_later(self._pool.patience, self._tick, loop)
         else:
-            self._sweeping = False
+            self._ticking = False
 
     @staticmethod
     def _late(proto) -> None:
@@ -411,13 +408,6 @@ class Bridge:
             loop.call_soon_threadsafe(done.set_result, None)
         except RuntimeError:   # the server's loop has closed
             pass
-
-    def _check(self, loop) -> None:
-        """While requests are in flight, let the pool see whether its workers are slow."""
-        if self._pool.check():
-            loop.call_later(self._pool.patience, self._check, loop)
-        else:
-            self._checking = False
 
     def _run(self, environ: dict) -> tuple[int, list[tuple[str, str]], bytes]:
         out: dict[str, Any] = {}

@@ -42,7 +42,7 @@ def _unshare_descriptors() -> bool:
             return False
     except (OSError, AttributeError):
         return False
-    os.closerange(3, os.sysconf("SC_OPEN_MAX") if hasattr(os, "sysconf") else 1 << 20)
+    os.closerange(3, os.sysconf("SC_OPEN_MAX"))
     return True
 
 
