@@ -207,8 +207,19 @@ def app_by_view(conn: Connection | Store, view_id: str, now: float, *,
     """The application a live view names (one indexed join; the hot path of every app
     request); ``view_termination_time`` on it is the view's own termination time. ``light``:
     without the ``HEAVY`` columns (a state read need not fetch a component tree)."""
-    row = _row(conn, _APP_BY_VIEW_LIGHT if light else _APP_BY_VIEW, {"view": view_id, "now": now})
+    params = {"view": view_id, "now": now}
+    if light and not isinstance(conn, Connection):
+        # the state read of every client's poll: answered from the row held while unchanged
+        row = conn.first_cached(("app_by_view", view_id), _APP_BY_VIEW_LIGHT, params,
+                                lambda held: _live(held["view_termination_time"], now))
+    else:
+        row = _row(conn, _APP_BY_VIEW_LIGHT if light else _APP_BY_VIEW, params)
     return App(row, light) if row is not None else None
+
+
+def _live(termination_time: float | None, now: float) -> bool:
+    """``_LIVE_VIEW`` of a view's termination time, in Python."""
+    return termination_time is None or termination_time > now
 
 
 def app_by_name(conn: Connection | Store, name: str, owner: str | None = None) -> App | None:

@@ -10,16 +10,24 @@ An SQLite file is not trusted blindly (``open_sqlite_file``): before anything wr
 it is checked read-only (``PRAGMA quick_check``) and a damaged one is refused with its path and
 what to do; a new one is made readable by its owner only (SQLite gives its ``-wal`` and
 ``-shm`` files the database file's mode), and an old one is made so.
+
+The hottest read (the application a view names, for its state) is answered from rows held in
+memory (``first_cached``) for as long as nothing may have changed them: each portal counts
+changes (``generation``), from its own commits (``write``), from other processes' (SQLite's
+``PRAGMA data_version``; on PostgreSQL a notice each portal listens for, ``watch_changes``),
+and a held row is used only while the count is the one it was read under.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import threading
+import time
 import urllib.parse
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine
@@ -28,6 +36,8 @@ from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 from cddlm.errors import BadArgument, StoreUnavailable
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+log = logging.getLogger(__name__)
+CHANGES_CHANNEL = "cddlm_rows"      # PostgreSQL's notice of a changed row (migration 0007)
 
 
 def normalise_url(url: str) -> str:
@@ -111,6 +121,8 @@ class Store:
         self._single = self.engine.execution_options(cddlm_single=True, isolation_level="AUTOCOMMIT")
         self._local = threading.local()
         self._compiled: dict = {}     # statement -> (SQL, parameter order, column names): ``first``
+        self._held = RowsHeld(watched=self.is_sqlite)
+        self._watcher: ChangeWatcher | None = None
 
     @property
     def safe_url(self) -> str:
@@ -151,6 +163,7 @@ class Store:
                     with conn.begin():
                         yield conn
         finally:
+            self._held.changed()    # after the commit (or whatever became of it)
             if lock is not None:
                 lock.release()
 
@@ -213,6 +226,41 @@ class Store:
             self._drop_thread_conn(conn, broken=True)
             raise StoreUnavailable("database unavailable: %s" % e) from None
         return dict(zip(names, row)) if row is not None else None
+
+    def first_cached(self, key: Any, statement, params: dict,
+                     still: Callable[[dict], bool]) -> dict | None:
+        """``first``, answered from the row read last time under ``key`` when nothing in the
+        store may have changed since (and ``still(row)`` holds: what the statement's
+        parameters would decide, such as a time); the row read is held for next time. The
+        row is shared: callers must not change it. Rows not found are not held."""
+        held = self._held
+        if self.is_sqlite:
+            self._other_connections_wrote()
+        generation = held.generation
+        if held.watched:
+            row = held.get(key, generation)
+            if row is not None and still(row):
+                return row
+        row = self.first(statement, params)
+        if row is not None and held.watched:
+            held.put(key, generation, row)
+        return row
+
+    def _other_connections_wrote(self) -> None:
+        """SQLite counts the commits of every other connection to the file, this process's
+        and others' (``PRAGMA data_version``, read on the thread's own connection, which
+        never writes): one it has not seen is a change."""
+        conn = self._thread_conn().connection.dbapi_connection
+        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        if version != getattr(self._local, "data_version", None):
+            self._local.data_version = version
+            self._held.changed()
+
+    def watch_changes(self) -> None:
+        """Listen for other portals' changes to the store (PostgreSQL), so that rows may be
+        held by ``first_cached`` while the notices arrive; SQLite needs no listener."""
+        if not self.is_sqlite and self._watcher is None:
+            self._watcher = ChangeWatcher(self.engine, self._held)
 
     def _fetch_first(self, conn: Connection, sql: str, args) -> Any:
         if self.is_sqlite:
@@ -298,7 +346,96 @@ class Store:
                 conn.commit()
 
     def dispose(self) -> None:
+        if self._watcher is not None:
+            self._watcher.stop()
+            self._watcher = None
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             self._drop_thread_conn(conn)
         self.engine.dispose()
+
+
+class RowsHeld:
+    """Rows read by ``Store.first_cached``, each with the count of changes it was read under
+    (``generation``): a row is used only while the count is unchanged, and only while
+    ``watched`` (every change is being counted); and for a second at most, should a notice
+    ever be lost on its way. Kept small: full, it starts again empty."""
+
+    LIMIT = 4096
+    MAX_AGE = 1.0
+
+    def __init__(self, watched: bool):
+        self.generation = 0
+        self.watched = watched
+        self._rows: dict = {}
+
+    def changed(self) -> None:
+        self.generation += 1     # under the interpreter lock; a lost race still counts one
+
+    def get(self, key: Any, generation: int) -> dict | None:
+        entry = self._rows.get(key)
+        if entry is None or entry[0] != generation or time.monotonic() > entry[1]:
+            return None
+        return entry[2]
+
+    def put(self, key: Any, generation: int, row: dict) -> None:
+        if generation != self.generation:
+            return      # changed while it was read: it may be older than the change
+        if len(self._rows) >= self.LIMIT:
+            self._rows = {}
+        self._rows[key] = (generation, time.monotonic() + self.MAX_AGE, row)
+
+
+class ChangeWatcher:
+    """PostgreSQL: a thread that listens for the notices of changed rows (migration 0007),
+    from this portal and every other on the store, and counts each as a change. While it is
+    not listening (starting, or its connection lost until it is back) no row is held."""
+
+    RETRY = 1.0
+
+    def __init__(self, engine: Engine, held: RowsHeld):
+        self._engine = engine
+        self._held = held
+        self._stopping = threading.Event()
+        self._conn: Any = None
+        self._thread = threading.Thread(target=self._run, name="cddlm-store-changes", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(5)
+        self._held.watched = False
+
+    def _run(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                self._listen()
+            except Exception as e:  # noqa: BLE001 - lost the database: listen again
+                if not self._stopping.is_set():
+                    log.warning("not told of changes to the store (%s); reading every row "
+                                "until the notices are back", e)
+            finally:
+                self._held.watched = False
+                self._held.changed()
+                self._close()
+            self._stopping.wait(self.RETRY)
+
+    def _listen(self) -> None:
+        raw = self._engine.raw_connection()
+        self._conn = conn = raw.driver_connection
+        raw.detach()        # this thread's own, not the pool's
+        conn.autocommit = True
+        conn.execute("LISTEN %s" % CHANGES_CHANNEL)
+        self._held.changed()            # whatever was read before listening is not held
+        self._held.watched = True
+        while not self._stopping.is_set():
+            for _ in conn.notifies(timeout=0.5):
+                self._held.changed()
+
+    def _close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:   # noqa: BLE001 - already gone
+                pass

@@ -1,0 +1,167 @@
+"""The state read answered from rows held in memory (``Store.first_cached``): never older than
+a commit of this portal, nor than another writer's once it is known (SQLite's change counter;
+PostgreSQL's notices), and not held at all while PostgreSQL's notices are not being heard."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from cddlm.application import repository as repo
+from cddlm.application.store import RowsHeld, Store
+
+
+def make(db_url) -> Store:
+    store = Store(db_url)
+    store.migrate()
+    store.watch_changes()
+    return store
+
+
+def counting(store: Store) -> list[int]:
+    """Count the reads that reach the database."""
+    reads, first = [0], store.first
+
+    def counted(*args, **kwargs):
+        reads[0] += 1
+        return first(*args, **kwargs)
+
+    store.first = counted
+    return reads
+
+
+def watched(store: Store, timeout: float = 5.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while not store._held.watched and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return store._held.watched
+
+
+def app_with_view(store: Store, name: str) -> tuple[str, str]:
+    with store.write() as conn:
+        app = repo.create_app(conn, 1.0, id=repo.new_id(), name=name)
+        return app.id, repo.new_view(conn, app.id, "http://p", 1.0).id
+
+
+def set_state(store: Store, app_id: str, state: str, now: float) -> None:
+    with store.write() as conn:
+        repo.record_state(conn, repo.get_app(conn, app_id), state, now)
+
+
+def state(store: Store, view_id: str, now: float = 2.0) -> str | None:
+    app = repo.app_by_view(store, view_id, now, light=True)
+    return app.state if app is not None else None
+
+
+def test_a_held_row_answers_until_this_portal_commits_and_no_longer_than_its_view(db_url):
+    store = make(db_url)
+    try:
+        assert watched(store)
+        app_id, view_id = app_with_view(store, "held")
+        reads = counting(store)
+        assert [state(store, view_id) for _ in range(50)] == ["instantiated"] * 50
+        assert reads[0] == 1                            # the other 49 from the row held
+        set_state(store, app_id, "initialized", 3.0)
+        assert state(store, view_id) == "initialized"   # read again after the commit
+        assert reads[0] == 2
+        with store.write() as conn:
+            repo.set_view_termination(conn, view_id, 10.0)
+        assert state(store, view_id, now=9.0) == "initialized"
+        assert reads[0] == 3
+        assert state(store, view_id, now=11.0) is None  # the view has ended: not the held row
+        assert reads[0] == 4
+        # the full read (component tree and all) is never held
+        assert repo.app_by_view(store, view_id, 9.0).state == "initialized"
+        assert reads[0] == 5
+        assert state(store, "no-such-view") is None and state(store, "no-such-view") is None
+        assert reads[0] == 7                            # nothing found is not held
+    finally:
+        store.dispose()
+
+
+def test_another_writer_on_the_store_is_seen(db_url):
+    """A second Store is another process on SQLite, another portal on PostgreSQL: its commit
+    is seen at the next read on SQLite, and on PostgreSQL as soon as its notice arrives (well
+    within the second a held row may live at most)."""
+    mine, other = make(db_url), Store(db_url)
+    try:
+        assert watched(mine)
+        app_id, view_id = app_with_view(mine, "shared")
+        reads = counting(mine)
+        assert state(mine, view_id) == state(mine, view_id) == "instantiated"
+        assert reads[0] == 1
+        set_state(other, app_id, "initialized", 3.0)
+        changed = time.monotonic()
+        seen = state(mine, view_id)
+        while seen != "initialized" and time.monotonic() - changed < 0.5:
+            time.sleep(0.005)
+            seen = state(mine, view_id)
+        assert seen == "initialized"
+        if mine.is_sqlite:
+            assert time.monotonic() - changed < 0.1     # the very next read
+        with other.write() as conn:
+            repo.delete_app(conn, app_id)
+        deadline = time.monotonic() + 0.5
+        while state(mine, view_id) is not None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert state(mine, view_id) is None
+    finally:
+        mine.dispose()
+        other.dispose()
+
+
+def test_no_row_is_held_while_the_notices_are_not_heard(db_url):
+    """PostgreSQL: the listener's connection lost (its backend ended), rows are read from the
+    database every time until it listens again, by itself."""
+    if db_url.startswith("sqlite"):
+        pytest.skip("SQLite counts changes itself (PRAGMA data_version): no listener to lose")
+    import psycopg
+    store, other = make(db_url), Store(db_url)
+    try:
+        assert watched(store)
+        app_id, view_id = app_with_view(store, "unheard")
+        backend = store._watcher._conn.info.backend_pid
+        with psycopg.connect(db_url.split("?")[0], autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        deadline = time.monotonic() + 5
+        while store._held.watched and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert not store._held.watched
+        reads = counting(store)
+        assert state(store, view_id) == "instantiated"
+        set_state(other, app_id, "initialized", 3.0)
+        assert state(store, view_id) == "initialized"   # at once: nothing was held
+        assert reads[0] == 2
+        assert watched(store, timeout=10)               # listening again
+        assert store._watcher._conn.info.backend_pid != backend
+        state(store, view_id)
+        state(store, view_id)
+        assert reads[0] == 3
+    finally:
+        store.dispose()
+        other.dispose()
+
+
+def test_rows_held_are_dropped_by_a_change_during_their_read_by_age_and_when_full(monkeypatch):
+    held = RowsHeld(watched=True)
+    before = held.generation
+    held.changed()                      # a commit while the row was being read
+    held.put("a", before, {"state": "old"})
+    assert held.get("a", held.generation) is None and held.get("a", before) is None
+    now = held.generation
+    held.put("a", now, {"state": "new"})
+    assert held.get("a", now) == {"state": "new"}
+    held.changed()
+    assert held.get("a", held.generation) is None
+    monkeypatch.setattr(RowsHeld, "MAX_AGE", 0.05)
+    held.put("b", held.generation, {"state": "aged"})
+    assert held.get("b", held.generation) == {"state": "aged"}
+    time.sleep(0.06)
+    assert held.get("b", held.generation) is None
+    monkeypatch.setattr(RowsHeld, "LIMIT", 3)
+    held = RowsHeld(watched=True)
+    for key in "cde":
+        held.put(key, held.generation, {"key": key})
+    held.put("f", held.generation, {"key": "f"})    # full: starts again with this one
+    assert [held.get(k, held.generation) for k in "cdef"] == [None, None, None, {"key": "f"}]
