@@ -391,7 +391,8 @@ class ChangeWatcher:
     from this portal and every other on the store, and counts each as a change. While it is
     not listening (starting, or its connection lost until it is back) no row is held."""
 
-    RETRY = 1.0
+    RETRY = 1.0     # seconds between attempts to listen again
+    WAIT = 0.5      # seconds a wait for notices lasts (how soon a stop is seen)
 
     def __init__(self, engine: Engine, held: RowsHeld):
         self._engine = engine
@@ -402,8 +403,8 @@ class ChangeWatcher:
         self._thread.start()
 
     def stop(self) -> None:
+        """No row is held from now on; the thread ends by itself within its next wait."""
         self._stopping.set()
-        self._thread.join(5)
         self._held.watched = False
 
     def _run(self) -> None:
@@ -429,7 +430,7 @@ class ChangeWatcher:
         self._held.changed()            # whatever was read before listening is not held
         self._held.watched = True
         while not self._stopping.is_set():
-            for _ in conn.notifies(timeout=0.5):
+            for _ in conn.notifies(timeout=self.WAIT):
                 self._held.changed()
 
     def _close(self) -> None:
