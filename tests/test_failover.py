@@ -1,7 +1,8 @@
 """Two live portals (``cddlm portal serve`` subprocesses) on one PostgreSQL store: they find
 each other (``ext:portals``), and when the one a client talks to is killed, ``cddlm.client``
 fails over to the other, rebinds its application EPR and reaches its subscription's manager
-there, and the notifications that follow name the live portal."""
+there, and the notifications that follow name the live portal; and what one portal changes,
+the other serves at once."""
 
 from __future__ import annotations
 
@@ -67,3 +68,28 @@ def test_a_refused_connection_is_told_apart_and_not_retried_without_peers(two_po
     with pytest.raises(Unreachable) as info:
         client.create(name="nowhere")
     assert info.value.sent is False                      # refused: it never reached a portal
+
+
+def test_a_portal_serves_another_portals_changes_at_once(two_portals):
+    """Each portal answers state reads from the row it read last while nothing has changed it;
+    a change committed through the other portal reaches it as a PostgreSQL notice. Read
+    through both portals side by side, the terminated state shows on the second within a
+    quarter of a second of the first, for each of three applications (rows are held for a
+    second at most: without the notices the lag would be anywhere up to that second)."""
+    a, b = two_portals
+    on_a, on_b = Portal(a.url), Portal(b.url)
+    for n in range(3):
+        app_a = on_a.create(name="seen-%d" % n)
+        app_b = on_b.lookup("seen-%d" % n)
+        assert app_b.reference.address.startswith(b.url.rsplit("/cddlm/", 1)[0] + "/")
+        for _ in range(20):                 # both portals now hold the row
+            assert app_a.state() == app_b.state() == "instantiated"
+        app_a.terminate()
+        seen: dict[str, float] = {}
+        deadline = time.monotonic() + 30
+        while len(seen) < 2 and time.monotonic() < deadline:
+            for who, app in (("a", app_a), ("b", app_b)):
+                if who not in seen and app.state() == "terminated":
+                    seen[who] = time.monotonic()
+        assert len(seen) == 2, seen
+        assert abs(seen["b"] - seen["a"]) < 0.25, seen

@@ -198,6 +198,7 @@ class Store:
 
     def _drop_thread_conn(self, conn: Connection, broken: bool = False) -> None:
         self._local.conn = self._local.cursor = self._local.cursor_of = None
+        self._local.data_version = None     # a count of that connection's
         if broken:      # gone or broken: the pool must not hand it out again
             conn.invalidate()
         conn.close()
@@ -218,14 +219,21 @@ class Store:
         sql, order, names, defaults = shape
         params = {**defaults, **params}
         args = tuple(params[k] for k in order) if order is not None else params
-        driver = self.engine.dialect.loaded_dbapi
         conn = self._thread_conn()      # single()'s, without its transaction marker
-        try:
+        with self._on_driver(conn):
             row = self._fetch_first(conn, sql, args)
+        return dict(zip(names, row)) if row is not None else None
+
+    @contextlib.contextmanager
+    def _on_driver(self, conn: Connection) -> Iterator[None]:
+        """The driver's own errors on the thread's connection: it is dropped (the next read
+        opens another) and the error is ``StoreUnavailable``."""
+        driver = self.engine.dialect.loaded_dbapi
+        try:
+            yield
         except (driver.OperationalError, driver.InterfaceError) as e:
             self._drop_thread_conn(conn, broken=True)
             raise StoreUnavailable("database unavailable: %s" % e) from None
-        return dict(zip(names, row)) if row is not None else None
 
     def first_cached(self, key: Any, statement, params: dict,
                      still: Callable[[dict], bool]) -> dict | None:
@@ -250,8 +258,13 @@ class Store:
         """SQLite counts the commits of every other connection to the file, this process's
         and others' (``PRAGMA data_version``, read on the thread's own connection, which
         never writes): one it has not seen is a change."""
-        conn = self._thread_conn().connection.dbapi_connection
-        version = conn.execute("PRAGMA data_version").fetchone()[0]
+        conn = self._thread_conn()
+        with self._on_driver(conn):
+            cursor = conn.connection.dbapi_connection.cursor()
+            try:
+                version = cursor.execute("PRAGMA data_version").fetchone()[0]
+            finally:
+                cursor.close()
         if version != getattr(self._local, "data_version", None):
             self._local.data_version = version
             self._held.changed()
