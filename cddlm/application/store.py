@@ -21,6 +21,7 @@ and a held row is used only while the count is the one it was read under.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import os
 import threading
@@ -378,12 +379,15 @@ class RowsHeld:
     MAX_AGE = 1.0
 
     def __init__(self, watched: bool):
+        self._counter = itertools.count(1)
         self.generation = 0
         self.watched = watched
         self._rows: dict = {}
 
     def changed(self) -> None:
-        self.generation += 1     # under the interpreter lock; a lost race still counts one
+        # a count no thread has had (two threads adding one could both make the same, and a
+        # row read after the first change would then outlive the second)
+        self.generation = next(self._counter)
 
     def get(self, key: Any, generation: int) -> dict | None:
         entry = self._rows.get(key)
