@@ -287,7 +287,7 @@ class Portal:
 
     def start(self) -> None:
         from apscheduler.schedulers.background import BackgroundScheduler
-        self.store.watch_changes()      # other portals' changes, on a shared store
+        self.store.start()      # its own thread: other portals' changes, or the log
         self.engine.start()
         self.delivery.start()
         self.scheduler = BackgroundScheduler(daemon=True)

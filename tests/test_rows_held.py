@@ -4,6 +4,7 @@ PostgreSQL's notices), and not held at all while PostgreSQL's notices are not be
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import pytest
@@ -15,7 +16,7 @@ from cddlm.application.store import RowsHeld, Store
 def make(db_url) -> Store:
     store = Store(db_url)
     store.migrate()
-    store.watch_changes()
+    store.start()
     return store
 
 
@@ -121,7 +122,7 @@ def test_no_row_is_held_while_the_notices_are_not_heard(db_url):
     try:
         assert watched(store)
         app_id, view_id = app_with_view(store, "unheard")
-        backend = store._watcher._conn.info.backend_pid
+        backend = store._worker._conn.info.backend_pid
         with psycopg.connect(db_url.split("?")[0], autocommit=True) as admin:
             admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
         deadline = time.monotonic() + 5
@@ -134,7 +135,7 @@ def test_no_row_is_held_while_the_notices_are_not_heard(db_url):
         assert state(store, view_id) == "initialized"   # at once: nothing was held
         assert reads[0] == 2
         assert watched(store, timeout=10)               # listening again
-        assert store._watcher._conn.info.backend_pid != backend
+        assert store._worker._conn.info.backend_pid != backend
         state(store, view_id)
         state(store, view_id)
         assert reads[0] == 3
@@ -165,3 +166,27 @@ def test_rows_held_are_dropped_by_a_change_during_their_read_by_age_and_when_ful
         held.put(key, held.generation, {"key": key})
     held.put("f", held.generation, {"key": "f"})    # full: starts again with this one
     assert [held.get(k, held.generation) for k in "cdef"] == [None, None, None, {"key": "f"}]
+
+
+def test_sqlite_commits_leave_the_log_to_the_stores_own_thread(tmp_path):
+    """A commit does not copy the write-ahead log back into the database file (the slowest
+    creates were the ones that did); once started, the store's thread does, within a second."""
+    import os
+    path = tmp_path / "portal.db"
+    store = Store("sqlite:///%s" % path)
+    try:
+        store.migrate()
+        import sqlite3
+        with contextlib.closing(sqlite3.connect(path)) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")     # the schema, in the file
+        size = os.path.getsize(path)
+        for n in range(300):
+            app_with_view(store, "logged-%d" % n)
+        assert os.path.getsize(path) == size            # all of it still in the log
+        store.start()
+        deadline = time.monotonic() + 3
+        while os.path.getsize(path) == size and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert os.path.getsize(path) > size
+    finally:
+        store.dispose()

@@ -14,7 +14,7 @@ what to do; a new one is made readable by its owner only (SQLite gives its ``-wa
 The hottest read (the application a view names, for its state) is answered from rows held in
 memory (``first_cached``) for as long as nothing may have changed them: each portal counts
 changes (``generation``), from its own commits (``write``), from other processes' (SQLite's
-``PRAGMA data_version``; on PostgreSQL a notice each portal listens for, ``watch_changes``),
+``PRAGMA data_version``; on PostgreSQL a notice each portal listens for, ``start``),
 and a held row is used only while the count is the one it was read under.
 """
 
@@ -123,7 +123,7 @@ class Store:
         self._local = threading.local()
         self._compiled: dict = {}     # statement -> (SQL, parameter order, column names): ``first``
         self._held = RowsHeld(watched=self.is_sqlite)
-        self._watcher: ChangeWatcher | None = None
+        self._worker: Checkpointer | ChangeWatcher | None = None     # ``start``
 
     @property
     def safe_url(self) -> str:
@@ -141,6 +141,9 @@ class Store:
             cur.execute("PRAGMA synchronous=NORMAL")
             cur.execute("PRAGMA foreign_keys=ON")
             cur.execute("PRAGMA busy_timeout=30000")
+            # the log is copied back by the store's own thread (``Checkpointer``); a commit
+            # does it only should that thread fall this far behind
+            cur.execute("PRAGMA wal_autocheckpoint=%d" % Checkpointer.BACKSTOP_PAGES)
             cur.close()
 
         @event.listens_for(engine, "begin")
@@ -270,11 +273,13 @@ class Store:
             self._local.data_version = version
             self._held.changed()
 
-    def watch_changes(self) -> None:
-        """Listen for other portals' changes to the store (PostgreSQL), so that rows may be
-        held by ``first_cached`` while the notices arrive; SQLite needs no listener."""
-        if not self.is_sqlite and self._watcher is None:
-            self._watcher = ChangeWatcher(self.engine, self._held)
+    def start(self) -> None:
+        """The store's own work while a portal runs, on a thread of its own: on PostgreSQL,
+        listening for other portals' changes (rows are held by ``first_cached`` only while
+        the notices are heard); on SQLite, copying the write-ahead log back into the file."""
+        if self._worker is None:
+            self._worker = Checkpointer(self.engine) if self.is_sqlite \
+                else ChangeWatcher(self.engine, self._held)
 
     def _fetch_first(self, conn: Connection, sql: str, args) -> Any:
         if self.is_sqlite:
@@ -360,9 +365,9 @@ class Store:
                 conn.commit()
 
     def dispose(self) -> None:
-        if self._watcher is not None:
-            self._watcher.stop()
-            self._watcher = None
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             self._drop_thread_conn(conn)
@@ -457,3 +462,48 @@ class ChangeWatcher:
                 conn.close()
             except Exception:   # noqa: BLE001 - already gone
                 pass
+
+
+class Checkpointer:
+    """SQLite: the write-ahead log copied back into the database file (a passive checkpoint)
+    by a thread of its own every ``EVERY`` seconds, rather than by the commit that happens to
+    cross SQLite's threshold: that commit waited for the copy and its sync, the slowest
+    creates of all (create p99 on a store of 100,000 applications 15 ms, 2.0-2.3 x the empty
+    store's; without checkpoints in the commits, 5 ms)."""
+
+    EVERY = 0.5
+    BACKSTOP_PAGES = 10000      # a commit checkpoints only past this (40 MB of log)
+
+    def __init__(self, engine: Engine):
+        self._engine = engine
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="cddlm-store-checkpoint",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(5)
+
+    def _run(self) -> None:
+        conn = None
+        while not self._stopping.wait(self.EVERY):
+            try:
+                if conn is None:
+                    raw = self._engine.raw_connection()
+                    conn = raw.driver_connection
+                    raw.detach()        # this thread's own, not the pool's
+                conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+            except Exception as e:  # noqa: BLE001 - commits checkpoint meanwhile (backstop)
+                log.warning("cannot checkpoint the store's log: %s", e)
+                conn = self._close(conn)
+        self._close(conn)
+
+    @staticmethod
+    def _close(conn: Any) -> None:
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:   # noqa: BLE001 - already gone
+                pass
+        return None

@@ -1,5 +1,5 @@
 """PostgreSQL: a change to an application or a view row sends a notice (``NOTIFY cddlm_rows``)
-when its transaction commits. Each portal listens (``Store.watch_changes``) and drops the
+when its transaction commits. Each portal listens (``Store.start``) and drops the
 application rows it holds for the hottest read (``Store.first_cached``): a portal sharing the
 store sees another's changes as soon as the notice arrives. SQLite has one writer process per
 file and a change counter of its own (``PRAGMA data_version``): nothing to do.
