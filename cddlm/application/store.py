@@ -440,7 +440,8 @@ class ChangeWatcher:
             finally:
                 self._held.watched = False
                 self._held.changed()
-                self._close()
+                conn, self._conn = self._conn, None
+                _close_quietly(conn)
             self._stopping.wait(self.RETRY)
 
     def _listen(self) -> None:
@@ -454,14 +455,6 @@ class ChangeWatcher:
         while not self._stopping.is_set():
             for _ in conn.notifies(timeout=self.WAIT):
                 self._held.changed()
-
-    def _close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:   # noqa: BLE001 - already gone
-                pass
 
 
 class Checkpointer:
@@ -496,14 +489,15 @@ class Checkpointer:
                 conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
             except Exception as e:  # noqa: BLE001 - commits checkpoint meanwhile (backstop)
                 log.warning("cannot checkpoint the store's log: %s", e)
-                conn = self._close(conn)
-        self._close(conn)
+                _close_quietly(conn)
+                conn = None
+        _close_quietly(conn)
 
-    @staticmethod
-    def _close(conn: Any) -> None:
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:   # noqa: BLE001 - already gone
-                pass
-        return None
+
+def _close_quietly(conn: Any) -> None:
+    """Close a driver connection of a store thread's own (it may be gone already)."""
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:   # noqa: BLE001 - already gone
+            pass
