@@ -278,8 +278,8 @@ class Store:
         listening for other portals' changes (rows are held by ``first_cached`` only while
         the notices are heard); on SQLite, copying the write-ahead log back into the file."""
         if self._worker is None:
-            self._worker = Checkpointer(self.engine) if self.is_sqlite \
-                else ChangeWatcher(self.engine, self._held)
+            self._worker = Checkpointer(self.engine, lambda: self._held.generation) \
+                if self.is_sqlite else ChangeWatcher(self.engine, self._held)
 
     def _fetch_first(self, conn: Connection, sql: str, args) -> Any:
         if self.is_sqlite:
@@ -459,16 +459,21 @@ class ChangeWatcher:
 
 class Checkpointer:
     """SQLite: the write-ahead log copied back into the database file (a passive checkpoint)
-    by a thread of its own every ``EVERY`` seconds, rather than by the commit that happens to
-    cross SQLite's threshold: that commit waited for the copy and its sync, the slowest
-    creates of all (create p99 on a store of 100,000 applications 15 ms, 2.0-2.3 x the empty
-    store's; without checkpoints in the commits, 5 ms)."""
+    by a thread of its own, rather than by the commit that happens to cross SQLite's
+    threshold: that commit waited for the copy and its sync, the slowest creates of all
+    (create p99 on a store of 100,000 applications 15 ms, 2.0-2.3 x the empty store's;
+    without checkpoints in the commits, 5 ms). About as often as SQLite would (each copy
+    ends with a sync of the file): after ``COMMITS`` changes, or ``IDLE`` seconds after
+    fewer; ``changes()`` counts them (``Store.write`` is one)."""
 
-    EVERY = 0.5
+    EVERY = 0.5         # seconds between looks at the count
+    COMMITS = 64        # changes that make a copy due (a create changes 10-20 pages)
+    IDLE = 5.0          # seconds after which fewer changes are copied too
     BACKSTOP_PAGES = 10000      # a commit checkpoints only past this (40 MB of log)
 
-    def __init__(self, engine: Engine):
+    def __init__(self, engine: Engine, changes: Callable[[], int]):
         self._engine = engine
+        self._changes = changes
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._run, name="cddlm-store-checkpoint",
                                         daemon=True)
@@ -480,7 +485,12 @@ class Checkpointer:
 
     def _run(self) -> None:
         conn = None
+        copied, when = self._changes() - self.COMMITS, time.monotonic()    # a first copy at once
         while not self._stopping.wait(self.EVERY):
+            count, now = self._changes(), time.monotonic()
+            if count - copied < self.COMMITS and (count == copied or now - when < self.IDLE):
+                continue
+            copied, when = count, now
             try:
                 if conn is None:
                     raw = self._engine.raw_connection()
