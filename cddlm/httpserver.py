@@ -261,7 +261,6 @@ class Bridge:
     callback on the thread that read it) or its deadline (``_tick`` on the loop), takes the
     request out of ``_pending`` and answers it: the worker's job, or 408."""
 
-
     def __init__(self, app: Callable, options: ServerOptions, name: str):
         self.app = app
         self.options = options

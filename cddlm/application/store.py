@@ -264,11 +264,7 @@ class Store:
         never writes): one it has not seen is a change."""
         conn = self._thread_conn()
         with self._on_driver(conn):
-            cursor = conn.connection.dbapi_connection.cursor()
-            try:
-                version = cursor.execute("PRAGMA data_version").fetchone()[0]
-            finally:
-                cursor.close()
+            version = self._fetch_first(conn, "PRAGMA data_version", ())[0]
         if version != getattr(self._local, "data_version", None):
             self._local.data_version = version
             self._held.changed()
@@ -464,7 +460,7 @@ class Checkpointer:
     (create p99 on a store of 100,000 applications 15 ms, 2.0-2.3 x the empty store's;
     without checkpoints in the commits, 5 ms). About as often as SQLite would (each copy
     ends with a sync of the file): after ``COMMITS`` changes, or ``IDLE`` seconds after
-    fewer; ``changes()`` counts them (``Store.write`` is one)."""
+    fewer; ``changes()`` is the store's count of changes, which every commit moves."""
 
     EVERY = 0.5         # seconds between looks at the count
     COMMITS = 64        # changes that make a copy due (a create changes 10-20 pages)
