@@ -190,7 +190,8 @@ def one_app(c: Conn, portals: list[Portal], n: int, tmp: str, idle: float,
         c.post(path, "<api:runRequest/>")
         wait_state(c, path, "running", 600)
         up, up_cpu = time.perf_counter() - t0, cpu_of(portals) - cpu0
-    idle_cpu = idle_percent(portals, idle)
+    with Profile(portals, profile, "idle-%d" % n):
+        idle_cpu = idle_percent(portals, idle)
     back = None
     if restart:
         # SIGKILL and start again: every process re-adopted (watched), none failed

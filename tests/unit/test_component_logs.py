@@ -67,3 +67,63 @@ def test_the_capper_keeps_a_growing_log_near_its_cap(tmp_path):
     assert (tmp_path / "stderr.log.1").exists()
     capper.forget_below(str(tmp_path.parent))
     assert capper.watched() == {}
+
+
+def test_without_inotify_the_capper_looks_on_a_schedule(tmp_path, monkeypatch):
+    def refused(*a, **k):
+        raise OSError(24, "Too many open files")
+    monkeypatch.setattr(logs.inotify_simple, "INotify", refused)
+    test_the_capper_keeps_a_growing_log_near_its_cap(tmp_path)
+
+
+def test_a_quiet_log_that_starts_flooding_is_capped_at_once(tmp_path):
+    """The kernel says when a log is written: a log quiet for seconds is looked at as soon as
+    it is written again, not after the schedule's longest wait (QUIET)."""
+    capper = logs.Capper()
+    capper.watch(str(tmp_path), 64 * 1024)
+    (tmp_path / "stdout.log").write_bytes(b"started\n")
+    time.sleep(3.0)                     # a schedule would have its next look 1 s from here
+    with open(tmp_path / "stdout.log", "ab") as f:
+        f.write((b"z" * 1023 + b"\n") * 256)
+    deadline = time.monotonic() + 0.6
+    while not (tmp_path / "stdout.log.1").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        assert (tmp_path / "stdout.log.1").exists(), "not rotated within 0.6 s of the write"
+        assert (tmp_path / "stdout.log").stat().st_size == 0
+    finally:
+        capper.forget_below(str(tmp_path))
+
+
+def test_quiet_logs_are_not_looked_at(tmp_path, monkeypatch):
+    """Hundreds of components that write nothing cost the capper no look at all (each would
+    cost two stats every QUIET seconds on a schedule)."""
+    capper = logs.Capper()
+    dirs = []
+    for i in range(300):
+        d = tmp_path / ("c%d" % i)
+        d.mkdir()
+        (d / "stdout.log").write_bytes(b"hello\n")
+        dirs.append(str(d))
+        capper.watch(str(d), 1024)
+    time.sleep(1.0)                     # the first looks, and the second (PERIOD after)
+    looks = []
+    real_stat = os.stat
+
+    def counted(path, *a, **k):
+        if str(path).startswith(str(tmp_path)):
+            looks.append(path)
+        return real_stat(path, *a, **k)
+    monkeypatch.setattr(logs.os, "stat", counted)
+    try:
+        time.sleep(5.0)
+        assert looks == []
+        (tmp_path / "c7" / "stderr.log").write_bytes(b"x" * 2048)
+        deadline = time.monotonic() + 1.0
+        while not (tmp_path / "c7" / "stderr.log.1").exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert (tmp_path / "c7" / "stderr.log.1").exists()
+        assert {os.path.dirname(p) for p in looks} == {dirs[7]}
+    finally:
+        monkeypatch.setattr(logs.os, "stat", real_stat)
+        capper.forget_below(str(tmp_path))

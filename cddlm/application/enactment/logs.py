@@ -3,11 +3,11 @@
 A component writes its output straight into its log files (opened for appending), so it
 keeps running when the portal stops. A component that writes without end must not fill the
 disk, nor make the portal read more and more: the ``Capper`` (one thread per process) looks at
-the logs of the running components every ``PERIOD`` seconds and, when one has passed its cap,
-keeps its last ``cap`` bytes as ``NAME.1`` and truncates it (the writer, appending, goes on at
-the new end). A log therefore holds at most about twice its cap, plus what is written in one
-period. The capper spends at most a tenth of a core looking: with many components its period
-grows.
+the logs of a running component when the kernel says they were written (inotify), at most
+every ``PERIOD`` seconds, and, when one has passed its cap, keeps its last ``cap`` bytes as
+``NAME.1`` and truncates it (the writer, appending, goes on at the new end). A log therefore
+holds at most about twice its cap, plus what is written in one period. Quiet logs cost nothing;
+the capper spends at most about a quarter of a core looking, however many logs grow.
 
 Logs are opened through ``confine`` (no link followed, no FIFO or device opened): a component
 may replace its own log with anything.
@@ -26,6 +26,8 @@ import os
 import threading
 import time
 
+import inotify_simple
+
 from cddlm.application.enactment import confine
 
 log = logging.getLogger(__name__)
@@ -34,7 +36,11 @@ STREAMS = ("stdout.log", "stderr.log")
 CHUNK = 1024 * 1024           # bytes a follower reads in one look
 CARRY = 64 * 1024             # the longest partial line kept for the next look
 PERIOD = 0.25                 # seconds between the capper's looks (at the least)
-QUIET = 4.0                   # at most this between looks at logs that have stopped growing
+QUIET = 4.0                   # at most this between looks at logs that have stopped growing,
+                              # where the kernel cannot say when they are written
+SWEEP = 30.0                  # at most this between looks at any log
+ARMED = (inotify_simple.flags.MODIFY | inotify_simple.flags.ONESHOT
+         | inotify_simple.flags.ONLYDIR | inotify_simple.flags.DONT_FOLLOW)
 
 
 class Follower:
@@ -115,16 +121,26 @@ def rotate(path: str, cap: int) -> bool:
 
 
 class Capper:
-    """One thread that keeps the registered component logs under their caps. Directories are
-    looked at when due (a heap of next looks): a pass touches only those."""
+    """One thread that keeps the registered component logs under their caps. A directory is
+    looked at when its logs may have grown: the kernel says so (an inotify watch on the
+    directory, armed before each look and spent by its first event, so a log written without
+    pause costs one event and one look per ``PERIOD``, and a quiet one nothing); a directory
+    that grew is looked at again after ``PERIOD``, and every one at least every ``SWEEP``
+    seconds (should the kernel's queue overflow, every directory at once). Where the kernel
+    cannot watch a directory (its limit of watches reached, no inotify), it is looked at on a
+    schedule: ever less often while quiet, up to ``QUIET``."""
 
     def __init__(self):
         self._dirs: dict[str, int] = {}       # component directory -> cap in bytes
-        self._seen: dict[str, tuple[int, float, float]] = {}   # -> (size, interval, next look)
+        self._seen: dict[str, tuple[int, float, float, float]] = {}
+        # -> (size, interval, next look, last look)
         self._due: list[tuple[float, str]] = []                # heap of (next look, directory)
+        self._armed: dict[str, int] = {}      # directory -> its inotify watch, armed
+        self._by_wd: dict[int, str] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._wake = threading.Event()
+        self._notify: inotify_simple.INotify | None = None
 
     def watch(self, workdir: str, cap: int) -> None:
         with self._lock:
@@ -132,20 +148,35 @@ class Capper:
                 heapq.heappush(self._due, (0.0, workdir))
             self._dirs[workdir] = cap
             if self._thread is None or not self._thread.is_alive():
+                if self._notify is None:
+                    try:
+                        self._notify = inotify_simple.INotify()
+                    except OSError as e:      # no inotify here, or its instances used up
+                        log.warning("no inotify (%s): component logs are looked at on a "
+                                    "schedule", e)
                 self._thread = threading.Thread(target=self._run, name="cddlm-log-capper",
                                                 daemon=True)
                 self._thread.start()
 
     def forget(self, workdir: str) -> None:
         with self._lock:
-            self._dirs.pop(workdir, None)
-            self._seen.pop(workdir, None)
+            self._drop(workdir)
 
     def forget_below(self, prefix: str) -> None:
         with self._lock:
             for d in [d for d in self._dirs if d == prefix or d.startswith(prefix + os.sep)]:
-                del self._dirs[d]
-                self._seen.pop(d, None)
+                self._drop(d)
+
+    def _drop(self, workdir: str) -> None:
+        self._dirs.pop(workdir, None)
+        self._seen.pop(workdir, None)
+        wd = self._armed.pop(workdir, None)
+        if wd is not None:
+            self._by_wd.pop(wd, None)
+            try:
+                self._notify.rm_watch(wd)
+            except OSError:
+                pass                          # spent already, or the directory is gone
 
     def watched(self) -> dict[str, int]:
         with self._lock:
@@ -161,10 +192,28 @@ class Capper:
                     return workdir, self._dirs[workdir]
             return None      # (entries of forgotten directories, or stale ones, are dropped)
 
+    def _schedule(self, workdir: str, size: int, interval: float, when: float,
+                  last: float) -> None:
+        self._seen[workdir] = (size, interval, when, last)
+        heapq.heappush(self._due, (when, workdir))
+
+    def _arm(self, workdir: str) -> bool:
+        """A watch on ``workdir`` for its next change (before the look, so a write after the
+        look is heard); False where the kernel will not give one."""
+        if self._notify is None:
+            return False
+        try:
+            wd = self._notify.add_watch(workdir, ARMED)
+        except OSError:
+            return False
+        with self._lock:
+            if workdir in self._dirs:
+                self._armed[workdir] = wd
+                self._by_wd[wd] = workdir
+        return True
+
     def check(self) -> int:
-        """One look at every watched log that is due; returns how many it rotated. Logs that
-        grew are looked at again after ``PERIOD``; quiet ones ever less often, up to ``QUIET``
-        (a thousand idle components cost a look each every four seconds, not four a second)."""
+        """One look at every watched log that is due; returns how many it rotated."""
         rotated = 0
         now = time.monotonic()
         while True:
@@ -172,6 +221,7 @@ class Capper:
             if found is None:
                 return rotated
             workdir, cap = found
+            armed = self._arm(workdir)
             seen = self._seen.get(workdir)
             total = 0
             for name in STREAMS:
@@ -187,21 +237,51 @@ class Capper:
                 if size > cap and rotate(path, cap):
                     rotated += 1
                     log.info("rotated %s (over %d bytes)", path, cap)
-            interval = PERIOD if seen is None or seen[0] != total else min(QUIET, 2 * seen[1])
+            grew = seen is None or seen[0] != total
+            interval = PERIOD if grew else min(QUIET, 2 * seen[1])
             with self._lock:
                 if workdir in self._dirs:
-                    self._seen[workdir] = (total, interval, now + interval)
-                    heapq.heappush(self._due, (now + interval, workdir))
+                    self._schedule(workdir, total, interval, now + (
+                        PERIOD if grew else SWEEP if armed else interval), now)
+
+    def _hear(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for the kernel's word of logs written; a directory
+        written is looked at ``PERIOD`` after its last look (at once if that has passed)."""
+        if self._notify is None:
+            self._wake.wait(timeout)
+            return
+        events = self._notify.read(timeout=int(timeout * 1000))
+        now = time.monotonic()
+        with self._lock:
+            for event in events:
+                if event.wd == -1:            # the kernel's queue overflowed: look at all
+                    for workdir, seen in list(self._seen.items()):
+                        self._schedule(workdir, seen[0], PERIOD, now, seen[3])
+                    continue
+                workdir = self._by_wd.pop(event.wd, None)
+                if workdir is None or self._armed.get(workdir) != event.wd:
+                    continue
+                del self._armed[workdir]      # spent: armed again at the look
+                seen = self._seen.get(workdir)
+                if seen is not None and seen[2] > seen[3] + PERIOD:
+                    self._schedule(workdir, seen[0], PERIOD, max(now, seen[3] + PERIOD),
+                                   seen[3])
+
+    def _until_next(self) -> float:
+        with self._lock:
+            return self._due[0][0] - time.monotonic() if self._due else SWEEP
 
     def _run(self) -> None:
         while True:
             started = time.monotonic()
             try:
                 self.check()
+                spent = time.monotonic() - started
+                # at most about a quarter of a core looking, however many logs grow
+                self._hear(min(SWEEP, max(self._until_next(), 3 * spent, 0.01)))
             except Exception:   # the capper must outlive any surprise
                 log.exception("the log capper failed")
-            spent = time.monotonic() - started
-            self._wake.wait(max(PERIOD, 10 * spent))
+                self._wake.wait(PERIOD)
 
 
 CAPPER = Capper()
