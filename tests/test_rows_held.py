@@ -190,3 +190,51 @@ def test_sqlite_commits_leave_the_log_to_the_stores_own_thread(tmp_path):
         assert os.path.getsize(path) > size
     finally:
         store.dispose()
+
+
+def test_a_listener_that_hears_nothing_any_more_is_taken_for_lost(db_url):
+    """PostgreSQL: the listener's connection gone silent (its server process stopped, as a
+    dropped network would leave it: no error, no notice) is noticed by its own notice not
+    coming back; rows are then read every time, and it listens again on a new connection."""
+    if db_url.startswith("sqlite"):
+        pytest.skip("SQLite counts changes itself (PRAGMA data_version): no listener to lose")
+    import os
+    import signal
+    store = make(db_url)
+    backend = None
+    try:
+        assert watched(store)
+        app_id, view_id = app_with_view(store, "silent")
+        backend = store._worker._conn.info.backend_pid
+        os.kill(backend, signal.SIGSTOP)
+        lost = time.monotonic()
+        while store._held.watched and time.monotonic() - lost < 10:
+            time.sleep(0.05)
+        assert not store._held.watched, "a silent listener was still trusted after 10 s"
+        reads = counting(store)
+        state(store, view_id)
+        state(store, view_id)
+        assert reads[0] == 2                            # nothing held meanwhile
+        assert watched(store, timeout=10)               # listening again, elsewhere
+        assert store._worker._conn.info.backend_pid != backend
+    finally:
+        if backend is not None:
+            os.kill(backend, signal.SIGCONT)
+        store.dispose()
+
+
+def test_postgresql_connections_send_keepalives(db_url):
+    """A database server gone without a word is noticed by TCP in about 20 s, not hours."""
+    if db_url.startswith("sqlite"):
+        pytest.skip("SQLite is a file: no connection to keep alive")
+    import os
+    import socket
+    store = Store(db_url)
+    try:
+        with store.engine.connect() as conn:
+            with socket.socket(fileno=os.dup(conn.connection.driver_connection.fileno())) as sock:
+                assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 10
+                assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+    finally:
+        store.dispose()

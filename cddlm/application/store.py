@@ -27,6 +27,7 @@ import os
 import threading
 import time
 import urllib.parse
+import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -39,6 +40,7 @@ from cddlm.errors import BadArgument, StoreUnavailable
 MIGRATIONS = Path(__file__).with_name("migrations")
 log = logging.getLogger(__name__)
 CHANGES_CHANNEL = "cddlm_rows"      # PostgreSQL's notice of a changed row (migration 0007)
+PING_PREFIX = "ping:"               # a notice's payload that is no change: a listener's own
 
 
 def normalise_url(url: str) -> str:
@@ -114,8 +116,12 @@ class Store:
                                             connect_args={"timeout": 30, "check_same_thread": False})
                 self._configure_sqlite(self.engine)
             else:
+                # TCP keepalives: a server gone without a word is noticed in about 20 s,
+                # not after the kernel's two hours (ignored on a Unix socket)
                 self.engine = create_engine(self.url, pool_size=pool_size, max_overflow=8,
-                                            pool_pre_ping=True)
+                                            pool_pre_ping=True, connect_args={
+                                                "keepalives": 1, "keepalives_idle": 10,
+                                                "keepalives_interval": 3, "keepalives_count": 3})
         except (SQLAlchemyError, ImportError) as e:
             raise StoreUnavailable("cannot open database %s: %s" % (self.safe_url, e)) from None
         # one autocommit connection per thread for single-statement reads (the hot path)
@@ -407,10 +413,16 @@ class RowsHeld:
 class ChangeWatcher:
     """PostgreSQL: a thread that listens for the notices of changed rows (migration 0007),
     from this portal and every other on the store, and counts each as a change. While it is
-    not listening (starting, or its connection lost until it is back) no row is held."""
+    not listening (starting, or its connection lost until it is back) no row is held.
+
+    A connection can be lost without a word (its server process stopped, its packets dropped):
+    every ``PING`` seconds the thread sends a notice of its own through another connection,
+    and takes its own for lost when that notice has not come back within ``ECHO`` seconds."""
 
     RETRY = 1.0     # seconds between attempts to listen again
     WAIT = 0.5      # seconds a wait for notices lasts (how soon a stop is seen)
+    PING = 2.0      # seconds between the notices it sends itself
+    ECHO = 2.0      # seconds within which its own notice must come back
 
     def __init__(self, engine: Engine, held: RowsHeld):
         self._engine = engine
@@ -448,9 +460,23 @@ class ChangeWatcher:
         conn.execute("LISTEN %s" % CHANGES_CHANNEL)
         self._held.changed()            # whatever was read before listening is not held
         self._held.watched = True
+        token = PING_PREFIX + uuid.uuid4().hex
+        sent, due = None, time.monotonic() + self.PING
         while not self._stopping.is_set():
-            for _ in conn.notifies(timeout=self.WAIT):
-                self._held.changed()
+            for notice in conn.notifies(timeout=self.WAIT):
+                if notice.payload == token:
+                    sent = None
+                elif not notice.payload.startswith(PING_PREFIX):   # (another portal's)
+                    self._held.changed()
+            now = time.monotonic()
+            if sent is not None and now - sent > self.ECHO:
+                raise ConnectionError("its own notice did not come back within %g s" % self.ECHO)
+            if sent is None and now >= due:
+                with self._engine.connect() as other:
+                    other.execute(text("SELECT pg_notify(:channel, :token)"),
+                                  {"channel": CHANGES_CHANNEL, "token": token})
+                    other.commit()
+                sent, due = now, now + self.PING
 
 
 class Checkpointer:
