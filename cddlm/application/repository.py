@@ -128,8 +128,8 @@ LIGHT_COLUMNS = [c for c in APP_COLUMNS if c.name not in HEAVY]
 _SELECT_APP = select(*APP_COLUMNS)
 _GET_APP = _SELECT_APP.where(applications.c.id == bindparam("app_id"))
 _LOCK_APP = _GET_APP.with_for_update()
-_LOCK_APP_LIGHT = select(*LIGHT_COLUMNS).where(
-    applications.c.id == bindparam("app_id")).with_for_update()
+_GET_APP_LIGHT = select(*LIGHT_COLUMNS).where(applications.c.id == bindparam("app_id"))
+_LOCK_APP_LIGHT = _GET_APP_LIGHT.with_for_update()
 # the live application of that name, else the newest terminated one
 _BY_NAME_ORDER = ((applications.c.state == lifecycle.TERMINATED).asc(), applications.c.created.desc())
 _APP_BY_NAME = _SELECT_APP.where(applications.c.name == bindparam("name")).order_by(
@@ -176,9 +176,10 @@ def _row(source: Connection | Store, statement: Any, params: dict) -> Any:
     return source.first(statement, params)
 
 
-def get_app(conn: Connection | Store, app_id: str) -> App | None:
-    row = _row(conn, _GET_APP, {"app_id": app_id})
-    return App(row) if row is not None else None
+def get_app(conn: Connection | Store, app_id: str, *, light: bool = False) -> App | None:
+    """``light``: without the ``HEAVY`` columns."""
+    row = _row(conn, _GET_APP_LIGHT if light else _GET_APP, {"app_id": app_id})
+    return App(row, light) if row is not None else None
 
 
 def _by_view(columns: list) -> Any:

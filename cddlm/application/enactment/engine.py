@@ -317,7 +317,7 @@ class Engine:
             now = time.monotonic()
             if batch.action != "stop" and now >= state["intent"]:
                 with self.store.single() as conn:
-                    app = repo.get_app(conn, batch.app_id)
+                    app = repo.get_app(conn, batch.app_id, light=True)
                 if app is None or app.generation > batch.generation:
                     raise Superseded()
                 state["intent"] = now + INTENT_CHECK

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import and_, bindparam, case, delete, exists, func, insert, or_, select, update
+from sqlalchemy import bindparam, case, delete, func, insert, or_, select, tuple_, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import aliased
 
@@ -83,15 +83,24 @@ def next_ready(conn: Connection) -> float | None:
     return conn.execute(_NEXT_READY).scalar()
 
 
-def _claimable(now: float):
+def _claimable(now: float, app_id: str | None = None):
+    """Items due and free (of ``app_id`` only, if given) whose component has no item held
+    (leased, the lease running). The components held are one set, looked up per item (a
+    hashed subquery), not a join with every held item: PostgreSQL, planning that join with a
+    queue's statistics from before a burst, compared each of a thousand items queued with
+    each of a thousand held (0.5-0.7 s per claim while a portal started 1,000 processes)."""
     other = aliased(work)
-    busy = exists().where(and_(other.c.app_id == work.c.app_id, other.c.path == work.c.path,
-                               other.c.id != work.c.id, other.c.owner.is_not(None),
-                               other.c.lease_expires >= now))
-    free = or_(work.c.owner.is_(None), work.c.lease_expires < now)
-    return (select(work.c.id, work.c.app_id, work.c.path, work.c.action, work.c.generation,
-                   work.c.attempts)
-            .where(work.c.not_before <= now, free, ~busy).order_by(work.c.id))
+    held = select(other.c.app_id, other.c.path).where(other.c.owner.is_not(None),
+                                                       other.c.lease_expires >= now)
+    query = select(work.c.id, work.c.app_id, work.c.path, work.c.action, work.c.generation,
+                   work.c.attempts).where(work.c.not_before <= now,
+                                          or_(work.c.owner.is_(None), work.c.lease_expires < now))
+    if app_id is None:
+        query = query.where(~tuple_(work.c.app_id, work.c.path).in_(held))
+    else:
+        query = query.where(work.c.app_id == app_id, ~work.c.path.in_(
+            held.with_only_columns(other.c.path).where(other.c.app_id == app_id)))
+    return query.order_by(work.c.id)
 
 
 def _take(conn: Connection, query, owner: str, now: float, lease: float,
@@ -135,8 +144,8 @@ def claim_batch(conn: Connection, owner: str, now: float, lease: float, limit: i
     waiting = conn.execute(_WAITING, {"app_id": head.app_id, "action": head.action,
                                       "generation": head.generation}).scalar() or 0
     limit = min(most, max(limit, -(-waiting // max(1, share))))
-    more = _claimable(now).where(work.c.app_id == head.app_id, work.c.action == head.action,
-                                 work.c.generation == head.generation).limit(limit - 1)
+    more = _claimable(now, head.app_id).where(work.c.action == head.action,
+                                               work.c.generation == head.generation).limit(limit - 1)
     # (the head, leased now, is not claimable again; no other item has its path, action and
     # generation)
     return first + _take(conn, more, owner, now, lease, postgres)
