@@ -11,7 +11,8 @@ created through the first), then for each N:
   wrapper and in their own sessions (as the local runner does), and to stop them (TERM to each
   process group, then every one reaped), measured in the same run;
 - create -> running of one application of N ``sleep`` components (create, initialize, run,
-  then ``api:state`` polled), with the ratio to the floor;
+  then ``api:state`` polled), with the ratio to the floor, and create -> initialized (the
+  deploy: when ``initialized``, or already ``running``, is first seen on the way);
 - the portal's CPU (user + system, from /proc) spent getting there;
 - idle CPU, in per cent of one core, over ``--idle`` seconds with the N processes running;
 - terminate -> terminated, with the ratio to the stop floor, and the CPU spent;
@@ -142,14 +143,19 @@ def idle_percent(portals: list[Portal], seconds: float) -> float:
     return 100.0 * (cpu_of(portals) - before) / (time.perf_counter() - t0)
 
 
-def wait_state(c: Conn, path: str, state: str, timeout: float) -> None:
+def wait_state(c: Conn, path: str, state: str, timeout: float,
+               passing: str | None = None) -> float | None:
     """Poll ``api:state`` every 20 ms at first, then gently (up to every 0.1 s after 4 s:
-    the polls are the portal's CPU too)."""
+    the polls are the portal's CPU too). Returns the seconds until ``passing`` (a state on
+    the way) was first seen, or ``state`` if it was never seen."""
     started = time.perf_counter()
+    passed = None
     while True:
         current = c.state(path)
+        if passed is None and current in (passing, state):
+            passed = time.perf_counter() - started
         if current == state:
-            return
+            return passed
         waited = time.perf_counter() - started
         if current == "failed" or waited > timeout:
             raise RuntimeError("application is %s, waited for %s" % (current, state))
@@ -188,7 +194,8 @@ def one_app(c: Conn, portals: list[Portal], n: int, tmp: str, idle: float,
         path = c.create("scale-%d-%s" % (n, uuid.uuid4().hex[:6]))
         c.post(path, body)
         c.post(path, "<api:runRequest/>")
-        wait_state(c, path, "running", 600)
+        polled = time.perf_counter()
+        deployed = polled - t0 + wait_state(c, path, "running", 600, passing="initialized")
         up, up_cpu = time.perf_counter() - t0, cpu_of(portals) - cpu0
     with Profile(portals, profile, "idle-%d" % n):
         idle_cpu = idle_percent(portals, idle)
@@ -206,8 +213,8 @@ def one_app(c: Conn, portals: list[Portal], n: int, tmp: str, idle: float,
         wait_state(c, path, "terminated", 600)
         down, down_cpu = time.perf_counter() - t0, cpu_of(portals) - cpu0
     c.post(path, "<api:destroyRequest/>")
-    return dict(n=n, floor=floor, stop_floor=stop_floor, up=up, up_cpu=up_cpu, idle=idle_cpu, down=down, down_cpu=down_cpu,
-                back=back)
+    return dict(n=n, floor=floor, stop_floor=stop_floor, deployed=deployed, up=up, up_cpu=up_cpu,
+                idle=idle_cpu, down=down, down_cpu=down_cpu, back=back)
 
 
 def many_apps(portals: list[Portal], count: int, idle: float, clients: int = 4) -> dict:
@@ -292,28 +299,31 @@ def main() -> int:
         c = Client(portals[0].base)
         print("scale (%s, %d portal%s, %d cores)" % ("PostgreSQL" if db else "SQLite", len(portals),
                                                     "s" if len(portals) > 1 else "", os.cpu_count()))
-        print("%8s %10s %10s %7s %9s %8s %10s %11s %7s %9s" % (
-            "N", "floor", "create->", "ratio", "CPU", "idle", "floor", "terminate->", "ratio",
-            "CPU"))
-        print("%8s %10s %10s %7s %9s %8s %10s %11s %7s %9s" % (
-            "", "(spawn)", "running", "", "(start)", "CPU", "(stop)", "terminated", "", "(stop)"))
+        print("%8s %10s %10s %10s %7s %9s %8s %10s %11s %7s %9s" % (
+            "N", "floor", "create->", "create->", "ratio", "CPU", "idle", "floor", "terminate->",
+            "ratio", "CPU"))
+        print("%8s %10s %10s %10s %7s %9s %8s %10s %11s %7s %9s" % (
+            "", "(spawn)", "initialized", "running", "", "(start)", "CPU", "(stop)", "terminated",
+            "", "(stop)"))
         rows = []
         for n in [int(x) for x in args.sizes.split(",") if x]:
             r = one_app(c, portals, n, tmp, args.idle, args.profile, args.restart)
             c = Client(portals[0].base)
             rows.append(r)
-            print("%8d %9.2fs %9.2fs %6.1fx %8.2fs %7.1f%% %9.2fs %10.2fs %6.1fx %8.2fs" % (
-                n, r["floor"], r["up"], r["up"] / r["floor"], r["up_cpu"], r["idle"],
+            print("%8d %9.2fs %9.2fs %9.2fs %6.1fx %8.2fs %7.1f%% %9.2fs %10.2fs %6.1fx %8.2fs" % (
+                n, r["floor"], r["deployed"], r["up"], r["up"] / r["floor"], r["up_cpu"], r["idle"],
                 r["stop_floor"], r["down"], r["down"] / r["stop_floor"], r["down_cpu"]) + ("   restart: answering in %.1fs, all re-adopted" % r["back"]
                                   if r["back"] is not None else ""), flush=True)
         by_n = {r["n"]: r for r in rows}
         if 1000 in by_n and 10000 in by_n:
             a, b = by_n[1000], by_n[10000]
-            print("10,000 / 1,000: create->running %.1fx (floor %.1fx), terminate %.1fx "
-                  "(floor %.1fx), start CPU %.1fx, stop CPU %.1fx" % (
-                      b["up"] / a["up"], b["floor"] / a["floor"], b["down"] / a["down"],
-                      b["stop_floor"] / a["stop_floor"], b["up_cpu"] / a["up_cpu"],
-                      b["down_cpu"] / a["down_cpu"]))
+            print("10,000 / 1,000: create->initialized %.1fx, create->running %.1fx (floor "
+                  "%.1fx), terminate %.1fx (floor %.1fx), start CPU %.1fx, stop CPU %.1fx, "
+                  "idle CPU %.1fx" % (
+                      b["deployed"] / a["deployed"], b["up"] / a["up"], b["floor"] / a["floor"],
+                      b["down"] / a["down"], b["stop_floor"] / a["stop_floor"],
+                      b["up_cpu"] / a["up_cpu"], b["down_cpu"] / a["down_cpu"],
+                      b["idle"] / max(a["idle"], 0.01)))
         if args.apps:
             r = many_apps(portals, args.apps, args.idle)
             print("%d applications of 1 process: all running in %.1fs, idle CPU %.1f%%, "
