@@ -47,10 +47,12 @@ PG_URL = os.environ.get("CDDLM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/t
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(pid: int, system_only: bool = False) -> float:
+    """User and system CPU of a process (or its system CPU alone: the kernel's work for it,
+    such as forking, signalling and reaping)."""
     with open("/proc/%d/stat" % pid) as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+    return (int(fields[12]) + (0 if system_only else int(fields[11]))) / TICKS
 
 
 def floors(n: int, tmp: str) -> tuple[float, float]:
@@ -92,8 +94,8 @@ class Portal:
             raise SystemExit("portal did not start: %r (see %s)" % (line, self.log.name))
         self.base = line.split("portal ready at ", 1)[1].strip().rsplit("/cddlm/", 1)[0]
 
-    def cpu(self) -> float:
-        return cpu_seconds(self.proc.pid)
+    def cpu(self, system_only: bool = False) -> float:
+        return cpu_seconds(self.proc.pid, system_only)
 
     def restart(self) -> tuple["Portal", float]:
         """SIGKILL this portal and start it again on its port and state directory; returns
@@ -116,8 +118,8 @@ class Portal:
         self.log.close()
 
 
-def cpu_of(portals: list[Portal]) -> float:
-    return sum(p.cpu() for p in portals)
+def cpu_of(portals: list[Portal], system_only: bool = False) -> float:
+    return sum(p.cpu(system_only) for p in portals)
 
 
 class Client(Conn):
@@ -190,13 +192,14 @@ def one_app(c: Conn, portals: list[Portal], n: int, tmp: str, idle: float,
     floor, stop_floor = floors(n, tmp)
     body = descriptor(n)
     with Profile(portals, profile, "start-%d" % n):
-        cpu0, t0 = cpu_of(portals), time.perf_counter()
+        cpu0, sys0, t0 = cpu_of(portals), cpu_of(portals, True), time.perf_counter()
         path = c.create("scale-%d-%s" % (n, uuid.uuid4().hex[:6]))
         c.post(path, body)
         c.post(path, "<api:runRequest/>")
         polled = time.perf_counter()
         deployed = polled - t0 + wait_state(c, path, "running", 600, passing="initialized")
         up, up_cpu = time.perf_counter() - t0, cpu_of(portals) - cpu0
+        up_sys = cpu_of(portals, True) - sys0
     with Profile(portals, profile, "idle-%d" % n):
         idle_cpu = idle_percent(portals, idle)
     back = None
@@ -208,13 +211,15 @@ def one_app(c: Conn, portals: list[Portal], n: int, tmp: str, idle: float,
         assert health.count(b'state="running"') >= n, "not every component is running again"
         wait_state(c, path, "running", 5)
     with Profile(portals, profile, "stop-%d" % n):
-        cpu0, t0 = cpu_of(portals), time.perf_counter()
+        cpu0, sys0, t0 = cpu_of(portals), cpu_of(portals, True), time.perf_counter()
         c.post(path, "<api:terminateRequest/>")
         wait_state(c, path, "terminated", 600)
         down, down_cpu = time.perf_counter() - t0, cpu_of(portals) - cpu0
+        down_sys = cpu_of(portals, True) - sys0
     c.post(path, "<api:destroyRequest/>")
     return dict(n=n, floor=floor, stop_floor=stop_floor, deployed=deployed, up=up, up_cpu=up_cpu,
-                idle=idle_cpu, down=down, down_cpu=down_cpu, back=back)
+                up_sys=up_sys, idle=idle_cpu, down=down, down_cpu=down_cpu, down_sys=down_sys,
+                back=back)
 
 
 def many_apps(portals: list[Portal], count: int, idle: float, clients: int = 4) -> dict:
@@ -317,13 +322,17 @@ def main() -> int:
         by_n = {r["n"]: r for r in rows}
         if 1000 in by_n and 10000 in by_n:
             a, b = by_n[1000], by_n[10000]
+            def split(key: str) -> str:     # a CPU ratio, and its user and system parts
+                system = key.replace("cpu", "sys")
+                return "%.1fx (user %.1fx, system %.1fx)" % (
+                    b[key] / a[key], (b[key] - b[system]) / max(a[key] - a[system], 0.01),
+                    b[system] / max(a[system], 0.01))
             print("10,000 / 1,000: create->initialized %.1fx, create->running %.1fx (floor "
-                  "%.1fx), terminate %.1fx (floor %.1fx), start CPU %.1fx, stop CPU %.1fx, "
+                  "%.1fx), terminate %.1fx (floor %.1fx), start CPU %s, stop CPU %s, "
                   "idle CPU %.1fx" % (
                       b["deployed"] / a["deployed"], b["up"] / a["up"], b["floor"] / a["floor"],
                       b["down"] / a["down"], b["stop_floor"] / a["stop_floor"],
-                      b["up_cpu"] / a["up_cpu"], b["down_cpu"] / a["down_cpu"],
-                      b["idle"] / max(a["idle"], 0.01)))
+                      split("up_cpu"), split("down_cpu"), b["idle"] / max(a["idle"], 0.01)))
         if args.apps:
             r = many_apps(portals, args.apps, args.idle)
             print("%d applications of 1 process: all running in %.1fs, idle CPU %.1f%%, "
