@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 
 from cddlm.application.enactment import logs
@@ -127,3 +128,40 @@ def test_quiet_logs_are_not_looked_at(tmp_path, monkeypatch):
     finally:
         monkeypatch.setattr(logs.os, "stat", real_stat)
         capper.forget_below(str(tmp_path))
+
+
+def test_when_the_kernel_drops_its_word_every_log_is_looked_at_again(tmp_path):
+    """An overflow of inotify's queue (events lost) makes the next pass look at every
+    directory, so a log written meanwhile is still capped."""
+    class Kernel:                             # inotify, as far as the capper uses it
+        def __init__(self):
+            self.watches, self.events = 0, []
+
+        def add_watch(self, path, mask):
+            self.watches += 1
+            return self.watches
+
+        def rm_watch(self, wd):
+            pass
+
+        def read(self, timeout):
+            events, self.events = self.events, []
+            return events
+
+    capper = logs.Capper()
+    capper._thread = threading.current_thread()   # no thread of its own: this test drives it
+    capper._notify = kernel = Kernel()
+    work = [tmp_path / "a", tmp_path / "b"]
+    for d in work:
+        d.mkdir()
+        capper.watch(str(d), 1024)
+    capper.check()
+    time.sleep(logs.PERIOD)
+    capper.check()                            # quiet: left to the kernel (and SWEEP)
+    (work[1] / "stdout.log").write_bytes(b"x" * 4096)
+    time.sleep(logs.PERIOD)
+    assert capper.check() == 0                # the kernel's word of it was lost
+    kernel.events = [logs.inotify_simple.Event(-1, logs.inotify_simple.flags.Q_OVERFLOW, 0, "")]
+    capper._hear(0)
+    assert capper.check() == 1
+    assert (work[1] / "stdout.log.1").exists()

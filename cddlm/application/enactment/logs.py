@@ -208,6 +208,9 @@ class Capper:
             return False
         with self._lock:
             if workdir in self._dirs:
+                spent = self._armed.get(workdir)
+                if spent is not None and spent != wd:     # its event lost (an overflow)
+                    self._by_wd.pop(spent, None)
                 self._armed[workdir] = wd
                 self._by_wd[wd] = workdir
         return True
