@@ -165,3 +165,21 @@ def test_when_the_kernel_drops_its_word_every_log_is_looked_at_again(tmp_path):
     capper._hear(0)
     assert capper.check() == 1
     assert (work[1] / "stdout.log.1").exists()
+
+
+def test_forgotten_directories_do_not_wake_the_capper(tmp_path):
+    """An application of thousands of components removed: the capper's next wake is for what
+    it still watches, not for each forgotten directory's old next look."""
+    capper = logs.Capper()
+    capper._thread = threading.current_thread()   # no thread of its own: this test drives it
+    capper._notify = None                         # on a schedule: looks every PERIOD..QUIET
+    for i in range(2000):
+        (tmp_path / "app" / str(i)).mkdir(parents=True)
+        capper.watch(str(tmp_path / "app" / str(i)), 1024)
+    (tmp_path / "other").mkdir()
+    capper.check()
+    assert capper._until_next() <= logs.PERIOD
+    capper.forget_below(str(tmp_path / "app"))
+    assert capper._until_next() == logs.SWEEP     # nothing watched: the longest wait
+    capper.watch(str(tmp_path / "other"), 1024)
+    assert capper._until_next() <= 0              # the new one: at once

@@ -182,13 +182,18 @@ class Capper:
         with self._lock:
             return dict(self._dirs)
 
+    def _current(self, when: float, workdir: str) -> bool:
+        """Whether a heap entry is still its directory's next look (not forgotten, nor
+        rescheduled since)."""
+        seen = self._seen.get(workdir)
+        return workdir in self._dirs and (seen is None or seen[2] == when)
+
     def _next_due(self, now: float) -> tuple[str, int] | None:
         """The next directory due for a look (and its cap), taken off the heap."""
         with self._lock:
             while self._due and self._due[0][0] <= now:
                 when, workdir = heapq.heappop(self._due)
-                seen = self._seen.get(workdir)
-                if workdir in self._dirs and (seen is None or seen[2] == when):
+                if self._current(when, workdir):
                     return workdir, self._dirs[workdir]
             return None      # (entries of forgotten directories, or stale ones, are dropped)
 
@@ -271,7 +276,11 @@ class Capper:
                                    seen[3])
 
     def _until_next(self) -> float:
+        """Seconds until the next look due (stale entries dropped: the thousands of a large
+        application just removed would each wake the thread at their time for nothing)."""
         with self._lock:
+            while self._due and not self._current(*self._due[0]):
+                heapq.heappop(self._due)
             return self._due[0][0] - time.monotonic() if self._due else SWEEP
 
     def _run(self) -> None:
