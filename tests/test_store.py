@@ -120,6 +120,14 @@ def test_claims_lease_and_expire(db_url):
         assert all(i.attempts == 2 for i in theirs)
         assert not queue.extend_many(conn, [mine[0].id], "engine-1", 99.0)   # engine-1 lost it
         queue.finish(conn, theirs[0].id)
+    # recording outcomes: only by the holder of every item (the loser's record must not
+    # commit: the caller raises; the winner's removes them)
+    with store.write() as conn:
+        assert not queue.finish_held(conn, [i.id for i in theirs[1:]], "engine-1")
+    with store.write() as conn:
+        assert conn.execute(select(func.count()).select_from(work)).scalar() == 2
+        assert queue.finish_held(conn, [i.id for i in theirs[1:]], "engine-2")
+        assert conn.execute(select(func.count()).select_from(work)).scalar() == 1
     store.dispose()
 
 

@@ -463,9 +463,8 @@ class Engine:
         ids = [item.id for item, _ in pairs]
         with self.store.write() as conn:
             app = repo.lock_app(conn, batch.app_id, light=True)
-            if not queue.extend_many(conn, ids, self.id, now + self.settings.lease_seconds):
-                raise Lost("lease lost before recording")
-            queue.finish_many(conn, ids)
+            if not queue.finish_held(conn, ids, self.id):
+                raise Lost("lease lost before recording")      # (and nothing is committed)
             if app is not None:
                 current = {c.path: c for c in repo.get_components_at(
                     conn, batch.app_id, [item.path for item, _ in pairs])}

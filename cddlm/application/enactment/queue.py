@@ -170,6 +170,16 @@ def finish_many(conn: Connection, item_ids: list[int]) -> None:
                      {"ids": list(item_ids)})
 
 
+def finish_held(conn: Connection, item_ids: list[int], owner: str) -> bool:
+    """Remove items whose outcomes are being recorded, if every one is still ``owner``'s;
+    False when one was lost (then the transaction must not commit)."""
+    if not item_ids:
+        return True
+    return conn.execute(delete(work).where(work.c.id.in_(bindparam("ids", expanding=True)),
+                                           work.c.owner == owner),
+                        {"ids": list(item_ids)}).rowcount == len(item_ids)
+
+
 def retry_later(conn: Connection, item_id: int, owner: str, when: float) -> None:
     conn.execute(update(work).where(work.c.id == item_id, work.c.owner == owner)
                  .values(owner=None, lease_expires=None, not_before=when))
