@@ -20,9 +20,9 @@ created through the first), then for each N:
   on its port: the seconds until it answers, with every process running and re-adopted.
 
 With ``--repeat K`` each size is run K times (the sizes in turn) and the 10,000 / 1,000
-ratios are of the medians. Then ``--apps`` applications of one process each: their idle CPU. The 10,000 row needs
-``ulimit -n`` above 10,000 (the portal raises its soft limit to the hard one) and as many
-free pids. Figures, not assertions (issue 11's targets: 1,000 running within 5 s of create and
+ratios are of the medians. Then ``--apps`` applications of one process each: their idle CPU.
+The 10,000 row needs ``ulimit -n`` above 10,000 (the portal raises its soft limit to the
+hard one) and as many free pids. Figures, not assertions (issue 11's targets: 1,000 running within 5 s of create and
 terminated within 5 s; 10,000 within 60 s and no more than 12 x the 1,000 case; idle under 2 %
 of a core with 1,000 components, under 10 % with 10,000).
 """

@@ -247,10 +247,10 @@ class Capper:
                     log.info("rotated %s (over %d bytes)", path, cap)
             grew = seen is None or seen[0] != total
             interval = PERIOD if grew else min(QUIET, 2 * seen[1])
+            wait = SWEEP if armed and not grew else interval    # quiet: the kernel will say
             with self._lock:
                 if workdir in self._dirs:
-                    self._schedule(workdir, total, interval, now + (
-                        PERIOD if grew else SWEEP if armed else interval), now)
+                    self._schedule(workdir, total, interval, now + wait, now)
 
     def _hear(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the kernel's word of logs written; a directory

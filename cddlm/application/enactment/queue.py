@@ -151,13 +151,19 @@ def claim_batch(conn: Connection, owner: str, now: float, lease: float, limit: i
     return first + _take(conn, more, owner, now, lease, postgres)
 
 
-def extend_many(conn: Connection, item_ids: list[int], owner: str, until: float) -> bool:
-    """Renew the leases of a batch; False when one was lost (then the worker must stop)."""
+def _all_held(conn: Connection, statement, item_ids: list[int], owner: str) -> bool:
+    """``statement`` (an UPDATE or DELETE of work) on those of ``item_ids`` that ``owner``
+    holds; whether that was every one."""
     if not item_ids:
         return True
-    return conn.execute(update(work).where(work.c.id.in_(bindparam("ids", expanding=True)),
-                                           work.c.owner == owner).values(lease_expires=until),
+    return conn.execute(statement.where(work.c.id.in_(bindparam("ids", expanding=True)),
+                                        work.c.owner == owner),
                         {"ids": list(item_ids)}).rowcount == len(item_ids)
+
+
+def extend_many(conn: Connection, item_ids: list[int], owner: str, until: float) -> bool:
+    """Renew the leases of a batch; False when one was lost (then the worker must stop)."""
+    return _all_held(conn, update(work).values(lease_expires=until), item_ids, owner)
 
 
 def finish(conn: Connection, item_id: int) -> None:
@@ -173,11 +179,7 @@ def finish_many(conn: Connection, item_ids: list[int]) -> None:
 def finish_held(conn: Connection, item_ids: list[int], owner: str) -> bool:
     """Remove items whose outcomes are being recorded, if every one is still ``owner``'s;
     False when one was lost (then the transaction must not commit)."""
-    if not item_ids:
-        return True
-    return conn.execute(delete(work).where(work.c.id.in_(bindparam("ids", expanding=True)),
-                                           work.c.owner == owner),
-                        {"ids": list(item_ids)}).rowcount == len(item_ids)
+    return _all_held(conn, delete(work), item_ids, owner)
 
 
 def retry_later(conn: Connection, item_id: int, owner: str, when: float) -> None:
