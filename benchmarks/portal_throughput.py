@@ -1,6 +1,7 @@
 """Portal request throughput and latency, next to a bare Spyne echo service.
 
     .venv/bin/python benchmarks/portal_throughput.py [--seconds 5] [--clients 8] [--db URL]
+                                                     [--portals 2]
 
 One server process runs, in one HTTP server (``cddlm.httpserver``), the portal (SQLite under a temporary state
 dir by default) and a plain Spyne echo service (``/echo``, a string in and out). Client
@@ -14,6 +15,10 @@ the portal's own server and, where waitress is installed (``pip install waitress
 dependency), on waitress in a process of its own, as the issue that set the targets measured
 it. The portal's targets (issue 11): GetResourceProperty at least the echo's throughput and
 half the raw lxml-on-waitress endpoint's; create p99 under 50 ms on SQLite.
+
+With ``--portals 2`` (a PostgreSQL ``--db``) a second portal process shares the store, and the
+workload ``state2`` reads the same application through it: a portal answering for an
+application another one created (its row held, kept current by the store's notices).
 """
 
 from __future__ import annotations
@@ -118,10 +123,10 @@ def client(args) -> dict:
             t0 = time.perf_counter()
             _post(conn, "/raw", state)
             lat.setdefault(workload, []).append(time.perf_counter() - t0)
-        elif workload == "state":
+        elif workload in ("state", "state2"):     # (state2: another portal is at ``base``)
             t0 = time.perf_counter()
             data = _post(conn, app_path, state)
-            lat.setdefault("state", []).append(time.perf_counter() - t0)
+            lat.setdefault(workload, []).append(time.perf_counter() - t0)
             assert b">instantiated<" in data
         elif workload == "lookup":
             t0 = time.perf_counter()
@@ -184,6 +189,9 @@ def main() -> int:
     parser.add_argument("--pin", metavar="CPU", help="run the server's threads on these CPUs only, "
                         "as `cddlm portal serve --cpu` does: they then hand the GIL over without "
                         "crossing cores")
+    parser.add_argument("--portals", type=int, default=1, choices=(1, 2),
+                        help="2: a second portal shares the --db (PostgreSQL) store; the state "
+                             "read is also made through it")
     parser.add_argument("--serve", nargs=2, metavar=("STATE", "DB"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -192,17 +200,26 @@ def main() -> int:
             affinity.pin(affinity.parse(args.pin))
         serve(args.serve[0], None if args.serve[1] == "-" else args.serve[1], args.threads)
         return 0
+    if args.portals > 1 and not (args.db or "").startswith("postgresql"):
+        raise SystemExit("--portals 2 needs a PostgreSQL --db (portals share a store through it)")
     import http_servers
     waitress = http_servers.start("waitress") if http_servers.installed("waitress") else None
     with tempfile.TemporaryDirectory() as tmp:
         pin = ["--pin", args.pin] if args.pin else []
-        server = subprocess.Popen([sys.executable, __file__, "--threads", str(args.threads)] + pin
-                                  + ["--serve", tmp, args.db or "-"], stdout=subprocess.PIPE, cwd=ROOT)
+        servers = []
         try:
-            line = server.stdout.readline().decode()
-            if not line.startswith("READY "):
-                raise SystemExit("server did not start: %r" % line)
-            base = line.split()[1]
+            bases = []
+            for i in range(args.portals):
+                state = os.path.join(tmp, "portal-%d" % i)
+                os.makedirs(state)
+                servers.append(subprocess.Popen(
+                    [sys.executable, __file__, "--threads", str(args.threads)] + pin
+                    + ["--serve", state, args.db or "-"], stdout=subprocess.PIPE, cwd=ROOT))
+                line = servers[-1].stdout.readline().decode()
+                if not line.startswith("READY "):
+                    raise SystemExit("server did not start: %r" % line)
+                bases.append(line.split()[1])
+            base = bases[0]
             host = urllib.parse.urlsplit(base)
             conn = http.client.HTTPConnection(host.hostname, host.port)
             data = _post(conn, "/cddlm/portal",
@@ -212,7 +229,7 @@ def main() -> int:
             print("portal throughput (%s, %gs per run, server threads %d, %s%s)"
                   % (_shown(args.db) if args.db else "SQLite", args.seconds, args.threads, "2 cores" if os.cpu_count() == 2
                      else "%d cores" % os.cpu_count(), ", server on CPU %s" % args.pin if args.pin
-                     else ""))
+                     else "") + (", %d portals" % len(bases) if len(bases) > 1 else ""))
             print("%-10s %-8s %9s %9s %9s %8s" % ("workload", "clients", "req/s", "p50 ms", "p99 ms", "count"))
             table = {}
             for clients in (1, args.clients):
@@ -220,10 +237,13 @@ def main() -> int:
                 # machine falls on each of them alike (the ratios are what matter)
                 merged: dict[str, list[float]] = {}
                 for _ in range(args.rounds):
-                    for workload in ("raw", "waitress", "echo", "state", "lookup", "cycle"):
-                        if workload == "waitress" and waitress is None:
+                    for workload in ("raw", "waitress", "echo", "state", "state2", "lookup",
+                                     "cycle"):
+                        if (workload == "waitress" and waitress is None) or (
+                                workload == "state2" and len(bases) < 2):
                             continue
-                        at = "http://127.0.0.1:%d" % waitress[1] if workload == "waitress" else base
+                        at = "http://127.0.0.1:%d" % waitress[1] if workload == "waitress" \
+                            else bases[-1] if workload == "state2" else base
                         for key, v in run(at, workload, clients, args.seconds / args.rounds,
                                           app_path).items():
                             merged.setdefault(key, []).extend(v)
@@ -232,15 +252,20 @@ def main() -> int:
                     print("%-10s %-8d %9.0f %9.2f %9.2f %8d" % (key, clients, r["rps"], r["p50"],
                                                                r["p99"], r["n"]))
             for clients in (1, args.clients):
-                ratio = table[("state", clients)]["rps"] / table[("echo", clients)]["rps"]
-                floor = table[("state", clients)]["rps"] / table[("raw", clients)]["rps"]
-                print("GetResourceProperty / echo throughput, %d client(s): %.2f (target >= 1.0); "
-                      "/ the raw lxml endpoint's on this server: %.2f" % (clients, ratio, floor))
-                if waitress is not None:
-                    print("GetResourceProperty / the raw lxml-on-waitress endpoint's, %d client(s): "
-                          "%.2f (target >= 0.5)" % (clients, table[("state", clients)]["rps"]
-                                                    / table[("waitress", clients)]["rps"]))
-                else:
+                for read, how in (("state", ""), ("state2", " through the second portal")):
+                    if (read, clients) not in table:
+                        continue
+                    ratio = table[(read, clients)]["rps"] / table[("echo", clients)]["rps"]
+                    floor = table[(read, clients)]["rps"] / table[("raw", clients)]["rps"]
+                    print("GetResourceProperty%s / echo throughput, %d client(s): %.2f (target "
+                          ">= 1.0); / the raw lxml endpoint's on this server: %.2f"
+                          % (how, clients, ratio, floor))
+                    if waitress is not None:
+                        print("GetResourceProperty%s / the raw lxml-on-waitress endpoint's, %d "
+                              "client(s): %.2f (target >= 0.5)" % (
+                                  how, clients, table[(read, clients)]["rps"]
+                                  / table[("waitress", clients)]["rps"]))
+                if waitress is None:
                     print("(the raw lxml-on-waitress floor of the target: pip install waitress)")
                 print("create p99, %d client(s): %.1f ms (target < 50 ms)"
                       % (clients, table[("create", clients)]["p99"]))
@@ -251,8 +276,9 @@ def main() -> int:
             _post(conn, app_path, (ENV % "<api:terminateRequest/>").encode())
             _post(conn, app_path, (ENV % "<api:destroyRequest/>").encode())
         finally:
-            server.terminate()
-            server.wait(timeout=30)
+            for server in servers:
+                server.terminate()
+                server.wait(timeout=30)
             if waitress is not None:
                 waitress[0].terminate()
                 waitress[0].wait(timeout=30)

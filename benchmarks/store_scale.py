@@ -1,7 +1,7 @@
 """A portal over a large store: startup time, create latency and `cddlm ls` (issue 11).
 
     .venv/bin/python benchmarks/store_scale.py [--apps 100000] [--ls-apps 5000] [--creates 400]
-                                               [--no-postgres]
+                                               [--no-postgres] [--portals 2]
 
 The store is filled by copying, with new ids and times, the rows a real application leaves in
 every table (applications, views, history, components, events, audit): one run through its
@@ -12,6 +12,8 @@ For an empty store and one of ``--apps`` applications, on SQLite and on the loca
 (127.0.0.1:5432, database test, a fresh schema, dropped afterwards):
   - startup: ``cddlm portal serve`` started until it prints ``portal ready at``;
   - create: ``--creates`` sequential creates over HTTP (keep-alive), p50 and p99.
+With ``--portals 2`` the PostgreSQL store is also shared by two portals: the second is started
+once the first answers (its startup is the one reported), and the creates go to each in turn.
 Then `cddlm ls` over ``--ls-apps`` applications (SQLite), the whole command and its one
 request. Targets: startup within 5 s, create p99 within 2 x the empty store's, `cddlm ls`
 within 1 s.
@@ -174,26 +176,37 @@ def serve(state: str, db: str | None):
         err.close()
 
 
-def creates(base: str, count: int) -> list[float]:
-    c = Conn(base)
-    c.create("warm-%s" % uuid.uuid4().hex[:8])
+def creates(bases: list[str], count: int) -> list[float]:
+    """Sequential creates, each portal's turn in order."""
+    conns = [Conn(base) for base in bases]
+    for c in conns:
+        c.create("warm-%s" % uuid.uuid4().hex[:8])
     out = []
     for i in range(count):
         t0 = time.perf_counter()
-        c.create("bench-%s-%d" % (uuid.uuid4().hex[:6], i))
+        conns[i % len(conns)].create("bench-%s-%d" % (uuid.uuid4().hex[:6], i))
         out.append(time.perf_counter() - t0)
     return out
 
 
-def measure(tmp: str, label: str, rows: dict, n: int, args, db_factory) -> tuple[float, float, float]:
-    with db_factory() as db:
-        state = os.path.join(tmp, "%s-%d" % (label, n))
+def measure(tmp: str, label: str, rows: dict, n: int, args, db_factory,
+            portals: int = 1) -> tuple[float, float, float]:
+    with db_factory() as db, contextlib.ExitStack() as stack:
+        state = os.path.join(tmp, "%s-%d-%d" % (label, n, portals))
         url = db or "sqlite:///%s" % os.path.join(state, "portal.db")
         os.makedirs(state, exist_ok=True)
         took_fill = fill(url, rows, n, args.live) if n else 0.0
-        with serve(state, db) as (base, startup):
-            lat = creates(base, args.creates)
+        bases = []
+        for i in range(portals):       # each its own state directory, one store
+            own = os.path.join(state, "portal-%d" % i) if portals > 1 else state
+            os.makedirs(own, exist_ok=True)
+            base, startup = stack.enter_context(serve(own, db))
+            bases.append(base)
+        lat = creates(bases, args.creates)
+        stack.close()
         p50, p99 = pct(lat, 50), pct(lat, 99)
+        if portals > 1:
+            label = "%s x%d" % (label, portals)
         print("%-10s %9d %9.1fs %10.2fs %10.1fms %10.1fms" % (label, n, took_fill, startup,
                                                               p50 * 1000, p99 * 1000), flush=True)
         return startup, p50, p99
@@ -241,6 +254,8 @@ def main() -> int:
     parser.add_argument("--live", type=float, default=0.05, help="fraction left instantiated")
     parser.add_argument("--no-postgres", action="store_true")
     parser.add_argument("--only", choices=("sqlite", "postgresql", "ls"), help="one part only")
+    parser.add_argument("--portals", type=int, default=1,
+                        help="also measure this many portals sharing the PostgreSQL store")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="cddlm-store-scale-")
     try:
@@ -255,15 +270,19 @@ def main() -> int:
                 stores.append(("postgresql", pg_schema))
             else:
                 print("(no PostgreSQL answers on 127.0.0.1:5432: SQLite only)")
-        for label, factory in stores:
+        if args.portals > 1 and len(stores) > 1:
+            stores.append(("postgresql", pg_schema, args.portals))
+        for label, factory, *shared in stores:
             if args.only and args.only != label:
                 continue
-            empty = measure(tmp, label, rows, 0, args, factory)
-            full = measure(tmp, label, rows, args.apps, args, factory)
+            portals = shared[0] if shared else 1
+            empty = measure(tmp, label, rows, 0, args, factory, portals)
+            full = measure(tmp, label, rows, args.apps, args, factory, portals)
             print("%-10s startup %.2f s (target 5 s); create p99 %.1f ms = %.2f x the empty "
                   "store's %.1f ms (target 2 x); p50 %.2f x" % (
-                      label, full[0], full[2] * 1000, full[2] / empty[2], empty[2] * 1000,
-                      full[1] / empty[1]), flush=True)
+                      label if portals == 1 else "%s x%d" % (label, portals), full[0],
+                      full[2] * 1000, full[2] / empty[2], empty[2] * 1000, full[1] / empty[1]),
+                  flush=True)
         if args.only in (None, "ls"):
             ls_figures(tmp, rows, args.ls_apps)
     finally:
