@@ -30,6 +30,7 @@ import os
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from typing import Callable
 
 from sqlalchemy import or_, select
@@ -61,6 +62,8 @@ LOOKER_RELIEF = 30.0            # seconds the other idle workers sleep, if nothi
 FULL_SWEEP = 15                 # liveness passes between reads of every running process
 INTENT_CHECK = 0.5              # seconds between looks for a newer intent while waiting
 SETTLE_EVERY = 2.0              # seconds: a batch's records reconcile at least this often
+TREE_NODES = 100_000            # component-tree nodes kept of applications not in use
+TREE_IN_USE = 60.0              # seconds: a tree used this recently is kept, whatever its size
 # the outcome of each action after which the plan waits for the rest of the action's items
 QUIET_OUTCOME = {"deploy": "deployed", "start": "running", "stop": "stopped"}
 
@@ -93,7 +96,7 @@ class Engine:
         self._looker = threading.Lock()     # held by the idle worker that looks at the queue
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._trees: dict[tuple[str, int], tuple[Deployment, dict]] = {}
+        self._trees = _Trees()
         self._trees_lock = threading.Lock()
         self._build_lock = threading.Lock()
         self.watcher: ExitWatcher | None = None
@@ -147,22 +150,20 @@ class Engine:
 
     def _tree(self, app: repo.App) -> tuple[Deployment, dict]:
         """The application's component tree and its index by path (cached per generation)."""
-        key = (app.id, app.generation)
         with self._trees_lock:
-            found = self._trees.get(key)
+            found = self._trees.get(app.id, app.generation)
         if found is None:
             with self._build_lock:       # one thread builds it, the others wait for it
                 with self._trees_lock:
-                    found = self._trees.get(key)
+                    found = self._trees.get(app.id, app.generation)
                 if found is None:
+                    generation = app.generation
                     if app.light:   # read under a light lock: its tree, as committed (the
                         app = repo.get_app(self.store, app.id) or app   # lock holds it still)
                     tree = Deployment.from_json(app.deployment or {})
                     found = (tree, dict(tree.walk()))
                     with self._trees_lock:
-                        if len(self._trees) > 512:
-                            self._trees.clear()
-                        self._trees[key] = found
+                        self._trees.put(app.id, generation, found)
         return found
 
     def node(self, app: repo.App, path: str):
@@ -722,8 +723,54 @@ class Engine:
 
     # -- hosts --------------------------------------------------------------------------------
     def remove_app_files(self, app_id: str) -> None:
+        with self._trees_lock:
+            self._trees.forget(app_id)
         for runner in list(self.runners.values()) + list(self.delegates.values()):
             runner.remove_app(app_id)
+
+
+class _Trees:
+    """Applications' component trees with their index by path, per generation. Trees used in
+    the last ``in_use`` seconds are kept whatever their size (a batch asks for its tree once
+    per component); the others go, least recently used first, while all hold more than
+    ``nodes`` nodes. (Before: every tree was kept until 512 had been built; each destroyed
+    application of 10,000 components left about 30 MB.) Not thread-safe: the engine holds its
+    lock."""
+
+    def __init__(self, nodes: int = TREE_NODES, in_use: float = TREE_IN_USE,
+                 clock: Callable[[], float] = time.monotonic):
+        self.limit, self.in_use, self.clock = nodes, in_use, clock
+        self._by_key: OrderedDict[tuple[str, int], list] = OrderedDict()   # -> [found, used]
+        self.nodes = 0
+
+    def get(self, app_id: str, generation: int) -> tuple[Deployment, dict] | None:
+        entry = self._by_key.get((app_id, generation))
+        if entry is None:
+            return None
+        entry[1] = self.clock()
+        self._by_key.move_to_end((app_id, generation))
+        return entry[0]
+
+    def put(self, app_id: str, generation: int, found: tuple[Deployment, dict]) -> None:
+        self._drop((app_id, generation))
+        now = self.clock()
+        self._by_key[(app_id, generation)] = [found, now]
+        self.nodes += len(found[1])
+        while self.nodes > self.limit:
+            key, (_, used) = next(iter(self._by_key.items()))
+            if now - used < self.in_use:        # (the others were used later still)
+                break
+            self._drop(key)
+
+    def forget(self, app_id: str) -> None:
+        """Every generation of a destroyed application."""
+        for key in [k for k in self._by_key if k[0] == app_id]:
+            self._drop(key)
+
+    def _drop(self, key: tuple[str, int]) -> None:
+        entry = self._by_key.pop(key, None)
+        if entry is not None:
+            self.nodes -= len(entry[0][1])
 
 
 class _Rows(dict):
