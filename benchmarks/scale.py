@@ -23,8 +23,9 @@ Nothing is deleted until every figure is taken (the terminated applications are 
 and the floors' directories removed, at the end): a file system may pass over the inodes freed
 in the last minutes, one by one, whenever it makes a file or directory (ext4 without a journal
 does, as on the development VM: ``perf`` showed 40 % of the portal's CPU starting 1,000
-processes in ``recently_deleted`` after a run of 10,000 was removed), so a deletion just before
-a run would charge that run for the one before, and the portal for the floor's files.
+processes in ``recently_deleted``, minutes after earlier runs' files were removed), so a
+deletion just before a run would charge that run for the one before, and the portal for the
+floor's files.
 
 With ``--repeat K`` each size is run K times (the sizes in turn) and the 10,000 / 1,000
 ratios are of the medians. Then ``--apps`` applications of one process each: their idle CPU.
