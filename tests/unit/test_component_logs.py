@@ -183,3 +183,27 @@ def test_forgotten_directories_do_not_wake_the_capper(tmp_path):
     assert capper._until_next() == logs.SWEEP     # nothing watched: the longest wait
     capper.watch(str(tmp_path / "other"), 1024)
     assert capper._until_next() <= 0              # the new one: at once
+
+
+def test_quiet_logs_are_swept_together_on_whole_seconds(tmp_path):
+    """Every quiet log is looked at once per SWEEP, but those due within one SWEEP_GRAIN share
+    one wake of the capper (1,000 components started over a minute woke it 33 times a
+    second, one look each)."""
+    capper = logs.Capper()
+    capper._thread = threading.current_thread()   # no thread of its own: this test drives it
+    capper._notify = logs.inotify_simple.INotify()
+    work = []
+    for i in range(40):
+        d = tmp_path / ("c%d" % i)
+        d.mkdir()
+        capper.watch(str(d), 1024)
+        work.append(str(d))
+        capper.check()                            # the first looks, spread over time
+        time.sleep(0.01)
+    time.sleep(logs.PERIOD)
+    capper.check()                                # quiet now: left to the kernel and SWEEP
+    due = {capper._seen[d][2] for d in work}
+    assert all(when % logs.SWEEP_GRAIN == 0 for when in due), due
+    assert len(due) <= 2                          # 40 looks over ~0.7 s: one or two wakes
+    capper.forget_below(str(tmp_path))
+    capper._notify.close()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import math
 import os
 import threading
 import time
@@ -39,6 +40,7 @@ PERIOD = 0.25                 # seconds between the capper's looks (at the least
 QUIET = 4.0                   # at most this between looks at logs that have stopped growing,
                               # where the kernel cannot say when they are written
 SWEEP = 30.0                  # at most this between looks at any log
+SWEEP_GRAIN = 1.0             # seconds: quiet logs' looks are due on whole multiples of it
 ARMED = (inotify_simple.flags.MODIFY | inotify_simple.flags.ONESHOT
          | inotify_simple.flags.ONLYDIR | inotify_simple.flags.DONT_FOLLOW)
 
@@ -247,10 +249,13 @@ class Capper:
                     log.info("rotated %s (over %d bytes)", path, cap)
             grew = seen is None or seen[0] != total
             interval = PERIOD if grew else min(QUIET, 2 * seen[1])
-            wait = SWEEP if armed and not grew else interval    # quiet: the kernel will say
+            # quiet: the kernel will say; its sweep look is due on a whole SWEEP_GRAIN, with
+            # the others of that second (1,000 quiet logs: one wake a second, not 33)
+            when = math.ceil((now + SWEEP) / SWEEP_GRAIN) * SWEEP_GRAIN if armed and not grew \
+                else now + interval
             with self._lock:
                 if workdir in self._dirs:
-                    self._schedule(workdir, total, interval, now + wait, now)
+                    self._schedule(workdir, total, interval, when, now)
 
     def _hear(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds for the kernel's word of logs written; a directory
