@@ -30,9 +30,9 @@ floor's files.
 With ``--repeat K`` each size is run K times (the sizes in turn) and the 10,000 / 1,000
 ratios are of the medians. Then ``--apps`` applications of one process each: their idle CPU.
 The 10,000 row needs ``ulimit -n`` above 10,000 (the portal raises its soft limit to the
-hard one) and as many free pids. Figures, not assertions (issue 11's targets: 1,000 running within 5 s of create and
-terminated within 5 s; 10,000 within 60 s and no more than 12 x the 1,000 case; idle under 2 %
-of a core with 1,000 components, under 10 % with 10,000).
+hard one) and as many free pids. Figures, not assertions (issue 11's targets: 1,000 running
+within 5 s of create and terminated within 5 s; 10,000 within 60 s and no more than 12 x the
+1,000 case; idle under 2 % of a core with 1,000 components, under 10 % with 10,000).
 """
 
 from __future__ import annotations
@@ -225,8 +225,8 @@ def one_app(c: Conn, portals: list[Portal], n: int, tmp: str, idle: float,
         wait_state(c, path, "terminated", 600)
         down, down_cpu = time.perf_counter() - t0, cpu_of(portals) - cpu0
         down_sys = cpu_of(portals, True) - sys0
-    return dict(path=path, n=n, floor=floor, stop_floor=stop_floor, deployed=deployed, up=up, up_cpu=up_cpu,
-                up_sys=up_sys, idle=idle_cpu, down=down, down_cpu=down_cpu, down_sys=down_sys,
+    return dict(path=path, n=n, floor=floor, stop_floor=stop_floor, deployed=deployed, up=up,
+                up_cpu=up_cpu, up_sys=up_sys, idle=idle_cpu, down=down, down_cpu=down_cpu, down_sys=down_sys,
                 back=back)
 
 

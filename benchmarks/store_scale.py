@@ -189,26 +189,28 @@ def creates(bases: list[str], count: int) -> list[float]:
     return out
 
 
+def shown(label: str, portals: int) -> str:
+    return label if portals == 1 else "%s x%d" % (label, portals)
+
+
 def measure(tmp: str, label: str, rows: dict, n: int, args, db_factory,
             portals: int = 1) -> tuple[float, float, float]:
-    with db_factory() as db, contextlib.ExitStack() as stack:
+    with db_factory() as db:
         state = os.path.join(tmp, "%s-%d-%d" % (label, n, portals))
         url = db or "sqlite:///%s" % os.path.join(state, "portal.db")
         os.makedirs(state, exist_ok=True)
         took_fill = fill(url, rows, n, args.live) if n else 0.0
-        bases = []
-        for i in range(portals):       # each its own state directory, one store
-            own = os.path.join(state, "portal-%d" % i) if portals > 1 else state
-            os.makedirs(own, exist_ok=True)
-            base, startup = stack.enter_context(serve(own, db))
-            bases.append(base)
-        lat = creates(bases, args.creates)
-        stack.close()
+        with contextlib.ExitStack() as stack:
+            bases = []
+            for i in range(portals):       # each its own state directory, one store
+                own = os.path.join(state, "portal-%d" % i) if portals > 1 else state
+                os.makedirs(own, exist_ok=True)
+                base, startup = stack.enter_context(serve(own, db))
+                bases.append(base)
+            lat = creates(bases, args.creates)
         p50, p99 = pct(lat, 50), pct(lat, 99)
-        if portals > 1:
-            label = "%s x%d" % (label, portals)
-        print("%-10s %9d %9.1fs %10.2fs %10.1fms %10.1fms" % (label, n, took_fill, startup,
-                                                              p50 * 1000, p99 * 1000), flush=True)
+        print("%-10s %9d %9.1fs %10.2fs %10.1fms %10.1fms" % (
+            shown(label, portals), n, took_fill, startup, p50 * 1000, p99 * 1000), flush=True)
         return startup, p50, p99
 
 
@@ -264,24 +266,22 @@ def main() -> int:
             os.cpu_count(), ", ".join("%s %d" % (t, len(r)) for t, r in rows["terminated"].items())))
         print("%-10s %9s %10s %11s %11s %11s" % ("store", "apps", "fill", "startup", "create p50",
                                                  "create p99"))
-        stores = [("sqlite", contextlib.nullcontext)]
+        stores = [("sqlite", contextlib.nullcontext, 1)]
         if not args.no_postgres:
             if postgres_available():
-                stores.append(("postgresql", pg_schema))
+                stores.append(("postgresql", pg_schema, 1))
             else:
                 print("(no PostgreSQL answers on 127.0.0.1:5432: SQLite only)")
         if args.portals > 1 and len(stores) > 1:
             stores.append(("postgresql", pg_schema, args.portals))
-        for label, factory, *shared in stores:
+        for label, factory, portals in stores:
             if args.only and args.only != label:
                 continue
-            portals = shared[0] if shared else 1
             empty = measure(tmp, label, rows, 0, args, factory, portals)
             full = measure(tmp, label, rows, args.apps, args, factory, portals)
             print("%-10s startup %.2f s (target 5 s); create p99 %.1f ms = %.2f x the empty "
                   "store's %.1f ms (target 2 x); p50 %.2f x" % (
-                      label if portals == 1 else "%s x%d" % (label, portals), full[0],
-                      full[2] * 1000, full[2] / empty[2], empty[2] * 1000, full[1] / empty[1]),
+                      shown(label, portals), full[0], full[2] * 1000, full[2] / empty[2], empty[2] * 1000, full[1] / empty[1]),
                   flush=True)
         if args.only in (None, "ls"):
             ls_figures(tmp, rows, args.ls_apps)

@@ -157,13 +157,12 @@ class Engine:
                 with self._trees_lock:
                     found = self._trees.get(app.id, app.generation)
                 if found is None:
-                    generation = app.generation
-                    if app.light:   # read under a light lock: its tree, as committed (the
-                        app = repo.get_app(self.store, app.id) or app   # lock holds it still)
-                    tree = Deployment.from_json(app.deployment or {})
+                    # read under a light lock: its tree, as committed (the lock holds it still)
+                    whole = (repo.get_app(self.store, app.id) or app) if app.light else app
+                    tree = Deployment.from_json(whole.deployment or {})
                     found = (tree, dict(tree.walk()))
                     with self._trees_lock:
-                        self._trees.put(app.id, generation, found)
+                        self._trees.put(app.id, app.generation, found)
         return found
 
     def node(self, app: repo.App, path: str):
