@@ -11,21 +11,24 @@ connection then goes to an address that was checked, not to a second lookup of t
 name that changes between the check and the connection gets nowhere).
 
 ``get`` fetches a document: no redirects (a 3xx is an answer, not a place to go), no proxy,
-connect and read timeouts, a total deadline and a size cap. ``http_status`` and
-``tcp_check`` are the probes.
+a total deadline and a size cap (``cddlm.outbound``, the one HTTP client every outbound
+request goes through). ``http_status`` and ``tcp_check`` are the probes. ``url_under`` is how
+an operator's URL prefix (``--allow-descriptor-url``, ``--allow-delegate-url``) is matched.
 """
 
 from __future__ import annotations
 
 import functools
-import http.client
 import ipaddress
 import socket
-import ssl
-import time
-from dataclasses import dataclass
 from typing import Callable
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+
+from cddlm import outbound
+from cddlm.outbound import Target, Unreachable
+
+__all__ = ["Refused", "Target", "Unreachable", "get", "http_status", "tcp_check", "literal_addresses", "url_under", "vet",
+           "vet_host"]
 
 Resolver = Callable[[str, int], list[str]]
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -33,11 +36,6 @@ Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 class Refused(Exception):
     """The address may not be used (or does not resolve); the message says why."""
-
-
-class Unreachable(Exception):
-    """The address was allowed, but connecting or reading failed; the message says how,
-    in coarse terms (never bytes of what the other side sent)."""
 
 
 def resolve(host: str, port: int) -> list[str]:
@@ -59,15 +57,6 @@ def allowed_ip(text: str, networks: tuple[str, ...], public: bool = False) -> bo
     if public and ip.is_global:
         return True
     return any(ip.version == net.version and ip in net for net in networks_of(tuple(networks)))
-
-
-@dataclass(frozen=True)
-class Target:
-    scheme: str
-    host: str                 # as written (the HTTP Host and the TLS server name)
-    port: int
-    addresses: tuple[str, ...]  # every address of host, each one allowed
-    target: str               # path and query, what the request line asks for
 
 
 def vet_host(host: str, port: int, networks: tuple[str, ...], *, public: bool = False,
@@ -114,38 +103,42 @@ def vet(url: str, networks: tuple[str, ...], *, public: bool = False,
     return Target(scheme, parts.hostname, port, addresses, target)
 
 
-def _connect(t: Target, timeout: float) -> http.client.HTTPConnection:
-    """An HTTP(S) connection to the first checked address that answers, speaking to the name
-    (Host header, TLS server name and certificate check) as written."""
-    last: Exception | None = None
-    for address in t.addresses:
+def literal_addresses(prefixes: tuple[str, ...]) -> tuple[str, ...]:
+    """The addresses that URL prefixes name literally (``http://10.0.0.5:8080/``): an operator
+    who allows such a prefix allows that address."""
+    out = []
+    for prefix in prefixes:
         try:
-            sock = socket.create_connection((address, t.port), timeout=timeout)
-        except OSError as e:
-            last = e
-            continue
-        if t.scheme == "https":
-            try:
-                sock = ssl.create_default_context().wrap_socket(sock, server_hostname=t.host)
-            except (OSError, ssl.SSLError) as e:
-                sock.close()
-                raise Unreachable("TLS with %s failed: %s" % (t.host, _coarse(e))) from None
-        conn = http.client.HTTPConnection(t.host, t.port, timeout=timeout)
-        conn.sock = sock
-        return conn
-    raise Unreachable("cannot connect to %s port %d: %s" % (t.host, t.port, _coarse(last)))
+            out.append(str(ipaddress.ip_address((urlsplit(prefix).hostname or "").strip("[]"))))
+        except ValueError:
+            pass
+    return tuple(out)
 
 
-def _coarse(e: BaseException | None) -> str:
-    """What went wrong, in classes that tell nothing about the other side's network: a refused
-    connection and a timeout both read "unreachable"."""
-    if isinstance(e, (socket.timeout, TimeoutError)):
-        return "unreachable or too slow"
-    if isinstance(e, ssl.SSLCertVerificationError):
-        return "certificate not trusted"
-    if isinstance(e, ssl.SSLError):
-        return "TLS error"
-    return "unreachable or too slow"
+def _origin_and_path(url: str) -> tuple[tuple[str, str, int], str, str]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    port = parts.port or {"http": 80, "https": 443}.get(scheme, 0)
+    return (scheme, (parts.hostname or "").lower(), port), parts.path or "/", parts.query
+
+
+def url_under(url: str, prefix: str) -> bool:
+    """Whether ``url`` is under the operator's ``prefix``: the same scheme, host and port, and
+    its path the prefix's path or below it (``http://h/a`` covers ``http://h/a/b``, not
+    ``http://h/ab`` nor ``http://h.evil/a``); a path with ``.`` or ``..`` segments is under
+    nothing. A prefix with a query covers only itself."""
+    try:
+        origin, path, query = _origin_and_path(url)
+        p_origin, p_path, p_query = _origin_and_path(prefix)
+    except ValueError:
+        return False
+    if origin != p_origin or not origin[1] or urlsplit(url).username is not None:
+        return False
+    if any(seg in (".", "..") for seg in unquote(path).split("/")):
+        return False
+    if p_query:
+        return (path, query) == (p_path, p_query)
+    return path == p_path or path.startswith(p_path if p_path.endswith("/") else p_path + "/")
 
 
 def get(url: str, networks: tuple[str, ...], *, public: bool = False, max_bytes: int,
@@ -153,53 +146,21 @@ def get(url: str, networks: tuple[str, ...], *, public: bool = False, max_bytes:
     """The body of a 200 answer to GET ``url``: ``Refused`` when policy forbids it,
     ``Unreachable`` when it cannot be had (another status, a redirect, too large, too slow)."""
     t = vet(url, networks, public=public, resolver=resolver)
-    deadline = time.monotonic() + timeout
-    conn = _connect(t, timeout)
-    try:
-        conn.putrequest("GET", t.target, skip_accept_encoding=True)
-        conn.putheader("Accept", "*/*")
-        conn.putheader("Connection", "close")
-        conn.endheaders()
-        r = conn.getresponse()
-        if 300 <= r.status < 400:
-            raise Unreachable("HTTP %d: redirects are not followed" % r.status)
-        if r.status != 200:
-            raise Unreachable("HTTP %d" % r.status)
-        declared = r.getheader("Content-Length")
-        if declared and declared.isdigit() and int(declared) > max_bytes:
-            raise Unreachable("larger than %d bytes" % max_bytes)
-        chunks, size = [], 0
-        while True:
-            if time.monotonic() > deadline:
-                raise Unreachable("took longer than %gs" % timeout)
-            chunk = r.read1(65536)
-            if not chunk:
-                break
-            size += len(chunk)
-            if size > max_bytes:
-                raise Unreachable("larger than %d bytes" % max_bytes)
-            chunks.append(chunk)
-        return b"".join(chunks)
-    except (OSError, http.client.HTTPException) as e:
-        raise Unreachable("no complete answer: %s" % _coarse(e)) from None
-    finally:
-        conn.close()
+    r = outbound.exchange(t, "GET", headers={"Accept": "*/*"}, timeout=timeout, max_bytes=max_bytes)
+    if 300 <= r.status < 400:
+        raise Unreachable("HTTP %d: redirects are not followed" % r.status)
+    if r.status != 200:
+        raise Unreachable("HTTP %d" % r.status)
+    if not r.complete:
+        raise Unreachable("larger than %d bytes" % max_bytes)
+    return r.body
 
 
 def http_status(url: str, networks: tuple[str, ...], *, public: bool = False,
                 timeout: float = 2.0, resolver: Resolver = resolve) -> int:
     """The status of GET ``url`` (the body is not read)."""
     t = vet(url, networks, public=public, resolver=resolver)
-    conn = _connect(t, timeout)
-    try:
-        conn.putrequest("GET", t.target, skip_accept_encoding=True)
-        conn.putheader("Connection", "close")
-        conn.endheaders()
-        return conn.getresponse().status
-    except (OSError, http.client.HTTPException) as e:
-        raise Unreachable("no answer: %s" % _coarse(e)) from None
-    finally:
-        conn.close()
+    return outbound.exchange(t, "GET", timeout=timeout, max_bytes=0).status
 
 
 def tcp_check(host: str, port: int, networks: tuple[str, ...], *, public: bool = False,
@@ -212,4 +173,4 @@ def tcp_check(host: str, port: int, networks: tuple[str, ...], *, public: bool =
             return
         except OSError as e:
             last = e
-    raise Unreachable("%s port %d: %s" % (host, port, _coarse(last)))
+    raise Unreachable("%s port %d: %s" % (host, port, outbound.coarse(last)), sent=False)

@@ -23,7 +23,6 @@ name the location and what went wrong, never the bytes read.
 from __future__ import annotations
 
 import errno
-import ipaddress
 import os
 import stat
 import urllib.parse
@@ -59,14 +58,7 @@ class Loader:
         self.allowed_dirs = tuple(os.path.realpath(d) for d in tuple(allowed_dirs) + self.import_path)
         self.allowed_urls = tuple(allowed_urls)
         # an allowed prefix that names an address literally allows that address
-        literal = []
-        for prefix in self.allowed_urls:
-            try:
-                literal.append(str(ipaddress.ip_address(
-                    (urllib.parse.urlsplit(prefix).hostname or "").strip("[]"))))
-            except ValueError:
-                pass
-        self.networks = tuple(networks) + tuple(literal)
+        self.networks = tuple(networks) + netsafe.literal_addresses(self.allowed_urls)
         self.max_bytes = max_bytes
         self.timeout = timeout
         self.resolver = resolver
