@@ -1,4 +1,4 @@
-"""A Python client for a CDDLM portal, on zeep and the portal's own WSDL.
+"""A Python client for a CDDLM portal, on zeep and the project's own WSDL.
 
     from cddlm.client import Portal
     portal = Portal("http://127.0.0.1:8080/cddlm/portal")
@@ -11,7 +11,11 @@
 Typed operations go through zeep; resource properties are read as raw XML (zeep turns the
 ``any`` content of WS-RP responses into a mix of objects and elements), and WS-Notification
 requests are built with lxml (zeep cannot send a topic expression's mixed content). A fault
-from the portal is raised as ``PortalFault`` with the fault element's name and text.
+from the portal is raised as ``PortalFault`` with the fault element's name and text. The
+protocol comes from the project's WSDL and schemas (``cddlm.transport``): no ``?wsdl`` is
+fetched, and every message carries SOAPAction, ``wsa:To``, ``wsa:Action`` and ``wsa:MessageID``.
+A ``Portal`` contacts its portal once when made (``Unreachable`` if none of it and its
+fallbacks answers); one given an ``http`` (a portal calling another) contacts it when used.
 
 Failover: portals sharing a store list each other (``ext:portals``). When the portal stops
 answering, a call is sent again through a live peer: the ``Portal`` binds to it, an
@@ -51,13 +55,13 @@ from typing import Any, Callable, Iterable, Iterator
 import requests
 import zeep
 from lxml import etree
-from zeep.transports import Transport
 
-from cddlm import ns, wsa, xmlsafe
+from cddlm import ns, transport, wsa, xmlsafe
 from cddlm.config import DEFAULT_PORTAL
 from cddlm.errors import ClientError
 from cddlm.listener import Event, Listener
 from cddlm.notify.topics import topic_element
+from cddlm.transport import Http, RequestsHttp, Unreachable
 
 __all__ = ["Application", "ClientConfig", "Credentials", "Event", "Listener", "Portal", "PortalFault",
            "Reference", "Subscription", "Tls", "Unreachable"]
@@ -83,34 +87,6 @@ class PortalFault(ClientError):
         return "%s: %s" % (self.fault, self.message)
 
 
-class Unreachable(ClientError):
-    """The portal did not answer; ``sent`` is False when the request certainly never reached
-    it (the connection was refused or not made in time)."""
-
-    def __init__(self, message: str, sent: bool = True):
-        super().__init__(message)
-        self.sent = sent
-
-
-def _unreachable(where: str, e: BaseException) -> Unreachable:
-    return Unreachable("cannot reach %s: %s" % (where, e), sent=not _refused(e))
-
-
-def _refused(e: BaseException | None) -> bool:
-    """Whether a requests/urllib3 error means the connection was never made."""
-    from urllib3.exceptions import ConnectTimeoutError
-    seen: set[int] = set()
-    while e is not None and id(e) not in seen:
-        seen.add(id(e))
-        if isinstance(e, (requests.ConnectTimeout, ConnectionRefusedError, ConnectTimeoutError)):
-            return True
-        inner = getattr(e, "reason", None)
-        if not isinstance(inner, BaseException):
-            inner = e.args[0] if e.args and isinstance(e.args[0], BaseException) else None
-        e = inner or e.__cause__ or e.__context__
-    return False
-
-
 @dataclass(frozen=True)
 class Credentials:
     """Who the client is: a user and password (sent as HTTP Basic) or a bearer token."""
@@ -123,6 +99,12 @@ class Credentials:
             session.auth = (self.user, self.password)
         elif self.token:
             session.headers["Authorization"] = "Bearer " + self.token
+
+    def authorization(self) -> str | None:
+        """The Authorization header these credentials send (None: none)."""
+        if self.user and self.password is not None:
+            return requests.auth._basic_auth_str(self.user, self.password)
+        return "Bearer " + self.token if self.token else None
 
 
 @dataclass(frozen=True)
@@ -274,33 +256,45 @@ class Portal:
 
     def __init__(self, url: str, timeout: float = 30.0, session: requests.Session | None = None,
                  *, fallbacks: Iterable[str] = (), failover: bool = True,
-                 credentials: Credentials | None = None, tls: Tls | None = None):
+                 credentials: Credentials | None = None, tls: Tls | None = None,
+                 http: Http | None = None):
         self.url = url.rstrip("/")
+        self.timeout = timeout
         self.session = session or requests.Session()
-        (tls or Tls()).apply(self.session)
-        if credentials is not None:
-            credentials.apply(self.session)
-        self.transport = Transport(session=self.session, timeout=timeout, operation_timeout=timeout)
+        if http is None:        # a user's client: a requests session with their credentials
+            (tls or Tls()).apply(self.session)
+            if credentials is not None:
+                credentials.apply(self.session)
+        self.http = http or RequestsHttp(self.session)
+        self.zeep = transport.client(self.http, timeout)
         self.failover_enabled = failover
         self.fallbacks = [f.rstrip("/") for f in fallbacks]
         self.peers = [f for f in self.fallbacks if f != self.url]
-        error: BaseException | None = None
-        for candidate in [self.url] + self.peers:
-            try:
-                self.zeep = zeep.Client(candidate + "?wsdl", transport=self.transport)
-                break
-            except requests.exceptions.SSLError as e:
-                raise Unreachable("cannot reach the portal at %s over TLS: %s (is its certificate "
-                                  "signed by a CA you trust? --ca-file / Tls(ca_file=...))"
-                                  % (candidate, _reason(e))) from e
-            except (requests.RequestException, OSError) as e:
-                error = e
-        else:
-            raise Unreachable("cannot reach the portal at %s: %s" % (self.url, error),
-                              sent=not _refused(error)) from error
-        self._bind(candidate)
+        self._bind(self.url)
+        if http is None:
+            self._reach()
         if failover:
             self.refresh_peers()
+
+    def _reach(self) -> None:
+        """Bind to the first of the portal and its fallbacks that answers (a fault is an answer);
+        ``Unreachable`` when none does, at once when one's TLS certificate is not trusted."""
+        error: Unreachable | None = None
+        for candidate in [self.url] + self.peers:
+            try:
+                self.probe(candidate)
+            except PortalFault:
+                pass
+            except Unreachable as e:
+                if isinstance(e.__cause__, requests.exceptions.SSLError):
+                    raise
+                error = e
+                continue
+            self._bind(candidate)
+            return
+        assert error is not None
+        raise Unreachable("cannot reach the portal at %s: %s" % (self.url, error.message),
+                          sent=error.sent) from error.__cause__
 
     @classmethod
     def from_environment(cls, config: ClientConfig | None = None, **kwargs) -> "Portal":
@@ -317,8 +311,6 @@ class Portal:
             return fn(*args, **kwargs)
         except zeep.exceptions.Fault as e:
             raise _fault(e) from None
-        except (requests.RequestException, OSError) as e:
-            raise _unreachable(self.url, e) from None
 
     # -- failover -----------------------------------------------------------------------------
     def refresh_peers(self) -> list[str]:
@@ -354,7 +346,7 @@ class Portal:
         body = etree.Element("{%s}GetResourceProperty" % ns.WSRF_RP,
                              nsmap={"wsrf-rp": ns.WSRF_RP, "wsrf-rl": ns.WSRF_RL})
         body.text = "wsrf-rl:CurrentTime"
-        _post(self, url, body, timeout=min(5.0, self.transport.operation_timeout or 5.0))
+        _post(self, url, body, timeout=min(5.0, self.timeout or 5.0))
 
     def _invoke(self, attempt: Callable[[], Any], recover: Callable[[], None] | None = None,
                 idempotent: bool = True) -> Any:
@@ -472,32 +464,25 @@ class Portal:
 
 def _post(portal: Portal, address: str, body: etree._Element,
           headers: Iterable[etree._Element] = (), timeout: float | None = None) -> etree._Element:
-    """POST ``body`` in an envelope with ``headers``; return the response's body element,
-    raising ``PortalFault`` for a fault."""
-    env = etree.Element("{%s}Envelope" % ns.SOAP11_ENV, nsmap={"soapenv": ns.SOAP11_ENV, "wsa": ns.WSA})
-    header = etree.SubElement(env, "{%s}Header" % ns.SOAP11_ENV)
-    for h in headers:
-        header.append(etree.fromstring(etree.tostring(h)))
-    etree.SubElement(env, "{%s}Body" % ns.SOAP11_ENV).append(body)
-    try:
-        response = portal.session.post(address, data=etree.tostring(env),
-                                       headers={"Content-Type": "text/xml; charset=utf-8"},
-                                       timeout=timeout or portal.transport.operation_timeout)
-    except (requests.RequestException, OSError) as e:
-        raise _unreachable(address, e) from None
+    """POST ``body`` in an envelope with ``headers`` (and the addressing every message carries);
+    return the response's body element, raising ``PortalFault`` for a fault."""
+    data, http_headers = transport.envelope(address, body, headers)
+    response = portal.http.post(address, data, http_headers, timeout or portal.timeout)
     return _body(response, address)[0]
 
 
-def _body(response: requests.Response, address: str) -> etree._Element:
+def _body(response: Any, address: str) -> etree._Element:
     """The SOAP body of a response, raising ``PortalFault`` for a fault and ``Unreachable``
-    for an answer that is not SOAP."""
+    for an answer that is not SOAP (caused by an ``HTTPError`` naming its status: something
+    else answers there)."""
     try:
         doc = xmlsafe.parse(response.content)
+        body = doc.find("{%s}Body" % ns.SOAP11_ENV)
     except ClientError:
-        raise Unreachable("%s answered HTTP %d without SOAP" % (address, response.status_code)) from None
-    body = doc.find("{%s}Body" % ns.SOAP11_ENV)
+        body = None
     if body is None:
-        raise Unreachable("%s answered HTTP %d without a SOAP body" % (address, response.status_code))
+        raise Unreachable("%s answered HTTP %d without SOAP" % (address, response.status_code)) \
+            from requests.HTTPError("%d %s" % (response.status_code, getattr(response, "reason", "") or ""))
     _raise_fault(body)
     return body
 
@@ -510,14 +495,6 @@ def _raise_fault(body: etree._Element) -> None:
         code = (fault.findtext("faultcode") or "Fault").strip().rpartition(":")[2]
         raise PortalFault(etree.QName(el).localname if el is not None else code,
                           fault.findtext("faultstring") or "fault", el)
-
-
-def _reason(e: BaseException) -> str:
-    """The innermost message of a requests/urllib3 error (its outer layers repeat the URL)."""
-    while e.args and isinstance(e.args[0], BaseException):
-        e = e.args[0]
-    inner = getattr(e, "reason", None)
-    return str(inner if inner is not None else e)
 
 
 def _get_property(portal: Portal, service: Any, address: str, namespace: str,

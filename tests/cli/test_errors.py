@@ -54,7 +54,7 @@ def test_something_else_answering_is_not_taken_for_a_portal(tmp_path):
         server.shutdown()
         server.server_close()
     assert r.returncode == 3 and r.stderr.count("\n") == 1
-    assert "/cddlm/portal is not a CDDLM portal: 404" in r.stderr
+    assert "/cddlm/portal is not a CDDLM portal: 501" in r.stderr     # (its answer to a POST)
 
 
 def test_debug_shows_the_traceback_and_faults_keep_their_names(shared_portal):
