@@ -12,8 +12,8 @@ compression. It has:
   bounds every exchange a thread makes inside it by one deadline for them all (a request
   thread that makes several calls to other portals waits on them no longer than that).
 - a **size cap** on the answer: a larger ``Content-Length`` is not read at all, a longer body
-  is cut there and its connection dropped (``Answer.complete`` is then False: the caller says
-  whether that is an error).
+  is read up to the cap, dropped with its connection, and not kept (``Answer.complete`` is
+  then False and ``body`` empty: the caller says whether that is an error).
 
 Connections are kept alive and reused (``keep_alive=True``) per exact destination: scheme,
 name, port, the address connected to and the TLS context (its client certificate), never
@@ -285,17 +285,16 @@ def exchange(t: Target, method: str, body: bytes | None = None, headers: dict[st
         declared = r.getheader("Content-Length")
         if declared and declared.strip().isdigit() and int(declared) > max_bytes:
             return Answer(r.status, r.headers, b"", False, r.reason)
-        chunks, size = [], 0
-        while size <= max_bytes:
-            chunk = r.read(min(READ_SIZE, max_bytes + 1 - size))
+        body = bytearray()
+        while len(body) <= max_bytes:
+            chunk = r.read(min(READ_SIZE, max_bytes + 1 - len(body)))
             if not chunk:
                 break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > max_bytes:
-            return Answer(r.status, r.headers, b"".join(chunks)[:max_bytes], False, r.reason)
+            body += chunk
+        if len(body) > max_bytes:
+            return Answer(r.status, r.headers, b"", False, r.reason)
         reusable = keep_alive and not r.will_close
-        return Answer(r.status, r.headers, b"".join(chunks), True, r.reason)
+        return Answer(r.status, r.headers, bytes(body), True, r.reason)
     except (OSError, http.client.HTTPException) as e:
         # the same words for a deadline passed and a connection cut (no port scanner)
         expired = watch.expired or time.monotonic() >= deadline
