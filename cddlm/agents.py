@@ -1,10 +1,11 @@
-"""Host portals as the remote runner sees them (``application/enactment/remote.py``): the
-``HostPortal`` it asks for, made from ``cddlm.client``, with the credentials this portal signs
-in with (``--agent-credentials FILE``).
+"""Other portals as the runners see them (``application/enactment/remote.py``): the
+``HostPortal`` they ask for, made from ``cddlm.client`` over ``PortalHttp``, the one way this
+portal calls another portal.
 
-The credentials file is TOML, readable by its owner only when it holds a secret::
+**Credentials go only where the operator says** (``--agent-credentials FILE``, TOML, readable
+by its owner only when it holds a secret)::
 
-    [default]                  # for every host portal
+    [default]                  # for every host the datacenter names with a portal agent
     user = "front"
     password = "..."           # or token = "..." (a bearer token)
     ca_file = "ca.pem"         # the CA that signed the host portals' certificates
@@ -15,33 +16,56 @@ The credentials file is TOML, readable by its owner only when it holds a secret:
     user = "front-h2"
     password = "..."
 
-Faults from a host portal become ``RemoteFault`` (the fault element kept as ``cause``),
-silence, refusals and answers that are not SOAP become ``AgentUnreachable``, and a
-sub-application the host portal does not know becomes ``Gone``.
+    [hosts."https://other.example/cddlm/portal"]   # a portal delegate components may name
+    token = "..."              # (by its exact URL: only this one, never [default])
+
+A datacenter host gets ``[default]``, then its URL's entry, then its name's. A ``delegate``
+component's portal (a URL a tenant wrote) gets its exact URL's entry and nothing else; it must
+be under a prefix the operator allows (``--allow-delegate-url``) and on an address the outbound
+policy allows (public, or ``--delegate-network``), checked at initialize (a ``ResolutionFault``
+saying which flag to set) and again at every connection. Credentials with a client certificate
+never go over plain http: such a configuration is refused at startup.
+
+**Every call is bounded**: one call to another portal takes at most ``--agent-timeout`` in all
+and reads at most ``--agent-max-response-bytes`` (``cddlm.outbound``); its requests go only to
+the origin the operator or tenant named (an EPR that names another host is taken as a path on
+that origin); a request thread (a delegate's initialize) waits on other portals only within
+one such deadline, and only ``--agent-request-slots`` at once (more: ``Busy``, try again).
+
+Faults become ``RemoteFault`` (the fault element kept as ``cause``); silence, refusals, answers
+that are not SOAP or too large, and HTTP 429 (a limiter's "not now") become
+``AgentUnreachable`` (judged by the lease); a sub-application the portal does not know becomes
+``Gone``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import ssl
 import stat
+import threading
 import tomllib
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
+from urllib.parse import urlsplit
 
 from lxml import etree
 
-from cddlm import client, ns
+from cddlm import client, netsafe, ns, outbound
 from cddlm.application import options as opts
 from cddlm.application.enactment.remote import AgentUnreachable, Gone, Ref, Status
 from cddlm.application.hosts import Host
 from cddlm.config import Settings
-from cddlm.errors import ClientError, ConfigurationError, RemoteFault
+from cddlm.errors import Busy, ConfigurationError, RemoteFault, ResolutionError
+from cddlm.transport import Reply
 
 KEYS = {"user", "password", "token", "ca_file", "client_cert", "client_key"}
 GONE_FAULTS = {"ResourceUnknownFault", "NoSuchApplicationFault"}
+ANY_NETWORK = ("0.0.0.0/0", "::/0")     # the hosts the operator's datacenter names
 
 
 def load_credentials(path: str | None) -> dict[str, dict[str, str]]:
-    """{"default": {...}, host name: {...}} from the file (empty without one)."""
+    """{"default": {...}, host name or exact URL: {...}} from the file (empty without one)."""
     if not path:
         return {}
     try:
@@ -52,7 +76,7 @@ def load_credentials(path: str | None) -> dict[str, dict[str, str]]:
         raise ConfigurationError("--agent-credentials %s: %s" % (path, e)) from None
     out: dict[str, dict[str, str]] = {"default": dict(data.get("default") or {})}
     for name, values in (data.get("hosts") or {}).items():
-        out[str(name)] = dict(values)
+        out[_key(str(name))] = dict(values)
     for name, values in out.items():
         unknown = set(values) - KEYS
         if unknown:
@@ -64,26 +88,76 @@ def load_credentials(path: str | None) -> dict[str, dict[str, str]]:
     return out
 
 
-class ClientHostPortal:
-    """A host portal through ``cddlm.client`` (no failover: a host portal stands alone)."""
+def _key(name_or_url: str) -> str:
+    return name_or_url.rstrip("/") if "://" in name_or_url else name_or_url
 
-    def __init__(self, host: Host, settings: Settings, creds: dict[str, str]):
-        self.url = host.agent
+
+def tls_context(creds: dict[str, str]) -> ssl.SSLContext:
+    """TLS as these credentials say: only their CA when they name one, their certificate."""
+    context = ssl.create_default_context(cafile=creds.get("ca_file"))
+    if creds.get("client_cert"):
+        context.load_cert_chain(creds["client_cert"], creds.get("client_key"))
+    return context
+
+
+class PortalHttp:
+    """HTTP to one other portal (``transport.Http``): requests go to the origin of ``url`` only,
+    to addresses the network policy allows (checked at every connection), with these
+    credentials, within the deadline and the size cap."""
+
+    def __init__(self, url: str, creds: dict[str, str], settings: Settings,
+                 networks: tuple[str, ...] = ANY_NETWORK, public: bool = False,
+                 refusal: str | None = None):
+        parts = urlsplit(url)
+        self.url = url
+        self.refusal = refusal          # why nothing may be sent there at all
+        self.scheme = parts.scheme.lower()
+        self.origin = "%s://%s" % (parts.scheme, parts.netloc)
+        self.networks, self.public = networks, public
         self.timeout = settings.agent_timeout
+        self.max_bytes = settings.agent_max_response_bytes
         try:
-            self.portal = client.Portal(host.agent, timeout=self.timeout, failover=False,
-                                        credentials=client.Credentials(creds.get("user"),
-                                                                       creds.get("password"),
-                                                                       creds.get("token")),
-                                        tls=client.Tls(creds.get("ca_file"), creds.get("client_cert"),
-                                                       creds.get("client_key")))
-        except client.Unreachable as e:
-            raise AgentUnreachable(str(e)) from None
-        except ClientError as e:
-            raise AgentUnreachable("cannot use the host portal %s: %s" % (host.agent, e)) from None
-        except Exception as e:      # a WSDL that is garbage
-            raise AgentUnreachable("the host portal %s answered garbage: %s: %s"
-                                   % (host.agent, type(e).__name__, e)) from None
+            self.context = tls_context(creds) if self.scheme == "https" else None
+        except (OSError, ssl.SSLError) as e:
+            raise AgentUnreachable("cannot use the TLS files of the credentials for %s: %s" % (url, e)) \
+                from None
+        who = client.Credentials(creds.get("user"), creds.get("password"), creds.get("token"))
+        self.authorization = who.authorization()
+
+    def post(self, address: str, data: bytes, headers: dict[str, str], timeout: float) -> Reply:
+        if self.refusal:
+            raise client.Unreachable(self.refusal, sent=False)
+        parts = urlsplit(address)
+        here = self.origin + (parts.path or "/") + ("?" + parts.query if parts.query else "")
+        try:
+            t = netsafe.vet(here, self.networks, public=self.public, schemes=(self.scheme,),
+                            what="portal")
+        except netsafe.Refused as e:
+            raise client.Unreachable("refused by this portal's outbound policy: %s" % e, sent=False) \
+                from None
+        if self.authorization:
+            headers = dict(headers, Authorization=self.authorization)
+        try:
+            r = outbound.exchange(t, "POST", data, headers, timeout=min(timeout, self.timeout),
+                                  max_bytes=self.max_bytes, context=self.context, keep_alive=True)
+        except outbound.Unreachable as e:
+            why = "no complete answer within %gs" % self.timeout if e.expired else str(e)
+            raise client.Unreachable("%s: %s" % (self.url, why), sent=e.sent) from None
+        if not r.complete:
+            raise client.Unreachable("%s answered more than %d bytes (--agent-max-response-bytes)"
+                                     % (self.url, self.max_bytes))
+        if r.status == 429:     # a limiter's "not now" (the lease decides), never a failure
+            raise client.Unreachable("%s answered HTTP 429 (too many requests)" % self.url)
+        return Reply(r.status, r.body, r.headers, r.reason)
+
+
+class ClientHostPortal:
+    """Another portal through ``cddlm.client`` (no failover: a host portal stands alone)."""
+
+    def __init__(self, url: str, http: PortalHttp, settings: Settings):
+        self.url = url
+        self.timeout = settings.agent_timeout
+        self.portal = client.Portal(url, timeout=self.timeout, failover=False, http=http)
 
     def _do(self, fn: Callable[[], Any]) -> Any:
         try:
@@ -144,12 +218,92 @@ class ClientHostPortal:
         self._do(self.portal.probe)
 
 
-def factory(settings: Settings) -> Callable[[Host], ClientHostPortal]:
-    """The ``PortalFactory`` of a portal with these settings (credentials read once, now)."""
-    creds = load_credentials(settings.agent_credentials_file)
+class AgentClients:
+    """The portal's calls to other portals, as its operator configured them: the runners'
+    ``PortalFactory`` for datacenter hosts (``host``) and delegates' portals (``delegate``),
+    the startup check (``check``), the initialize check of a delegate's portal (``admit``) and
+    the bound on request threads waiting on other portals (``waiting``)."""
 
-    def make(host: Host) -> ClientHostPortal:
-        chosen = dict(creds.get("default") or {})
-        chosen.update(creds.get(host.name) or {})
-        return ClientHostPortal(host, settings, chosen)
-    return make
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.creds = load_credentials(settings.agent_credentials_file)
+        self._slots = threading.BoundedSemaphore(max(1, settings.agent_request_slots))
+        # an allowed prefix that names an address allows that address
+        self.delegate_networks = tuple(settings.delegate_networks) + \
+            netsafe.literal_addresses(settings.allowed_delegate_urls)
+
+    def host_creds(self, host: Host) -> dict[str, str]:
+        chosen = dict(self.creds.get("default") or {})
+        chosen.update(self.creds.get(_key(host.agent or "")) or {})
+        chosen.update(self.creds.get(host.name) or {})
+        return chosen
+
+    def delegate_creds(self, url: str) -> dict[str, str]:
+        return dict(self.creds.get(_key(url)) or {})
+
+    def check(self, hosts: Iterable[Host]) -> None:
+        """Refuse to start where credentials with a client certificate would go over plain
+        http, or name TLS files that cannot be used."""
+        targets = [(h.agent, self.host_creds(h), "host %s" % h.name) for h in hosts
+                   if urlsplit(h.agent or "").scheme.lower() in ("http", "https")]
+        targets += [(k, v, "[hosts.\"%s\"]" % k) for k, v in self.creds.items() if "://" in k]
+        for url, creds, what in targets:
+            scheme = urlsplit(url).scheme.lower()
+            if creds.get("client_cert") and scheme == "http":
+                raise ConfigurationError(
+                    "--agent-credentials: %s (%s) is plain http, but its credentials hold a client "
+                    "certificate (mutual TLS): give its https URL, or credentials without "
+                    "client_cert for it" % (what, url))
+            if scheme == "https":
+                try:
+                    tls_context(creds)
+                except (OSError, ssl.SSLError) as e:
+                    raise ConfigurationError("--agent-credentials: the TLS files for %s: %s"
+                                             % (what, e)) from None
+
+    def host(self, host: Host) -> ClientHostPortal:
+        url = host.agent or ""
+        return ClientHostPortal(url, PortalHttp(url, self.host_creds(host), self.settings), self.settings)
+
+    def delegate(self, host: Host) -> ClientHostPortal:
+        url = host.agent or ""
+        refusal = None if self._allowed(url) else self._not_allowed(url)
+        http = PortalHttp(url, self.delegate_creds(url), self.settings, self.delegate_networks,
+                          public=True, refusal=refusal)
+        return ClientHostPortal(url, http, self.settings)
+
+    def _allowed(self, url: str) -> bool:
+        return any(netsafe.url_under(url, prefix) for prefix in self.settings.allowed_delegate_urls)
+
+    def _not_allowed(self, url: str) -> str:
+        return "the portal %s is not under a URL prefix this portal allows delegates to name (%s)" % (
+            url, ", ".join(self.settings.allowed_delegate_urls) or
+            "none: its operator allows some with --allow-delegate-url")
+
+    def admit(self, path: str, url: object) -> None:
+        """``ResolutionError`` unless delegate component ``path`` may name portal ``url``."""
+        def refuse(why: str) -> ResolutionError:
+            return ResolutionError(why, kind="delegate", path=path + "/portal")
+
+        if not isinstance(url, str):
+            raise refuse("a delegate's portal must be written as a URL, not computed at run time")
+        if not self._allowed(url):
+            raise refuse(self._not_allowed(url))
+        try:
+            netsafe.vet(url, self.delegate_networks, public=True, what="the portal")
+        except netsafe.Refused as e:
+            raise refuse("%s (its operator allows other networks with --delegate-network)" % e) from None
+
+    @contextlib.contextmanager
+    def waiting(self) -> Iterator[None]:
+        """A request thread's calls to other portals inside: one deadline for them all, and a
+        slot among the few request threads that may wait so (``Busy`` when none is free)."""
+        if not self._slots.acquire(blocking=False):
+            raise Busy("every request thread that may wait on another portal is waiting "
+                       "(--agent-request-slots %d): try again shortly" % self.settings.agent_request_slots)
+        try:
+            with outbound.within(self.settings.agent_timeout):
+                yield
+        finally:
+            self._slots.release()
+

@@ -194,6 +194,11 @@ class Portal:
         for warning in self.warnings:
             log.warning(warning)
         sec = settings.security
+        # the datacenter, and how this portal calls other portals (cddlm/agents.py: the
+        # credentials and limits of every such call), both refused here when unsafe
+        self.hosts = load_hosts(settings)
+        clients = agent_clients.AgentClients(settings)
+        clients.check(self.hosts.hosts.values())
         self.users = Directory(sec.users_file, sec.credential_cache) if sec.users_file else None
         # components running as other accounts pass through the state directory (o+x)
         self.state = StateDir(settings.state_dir, traversable=bool(sec.run_as))
@@ -206,17 +211,18 @@ class Portal:
             raise
         scheme = "https" if settings.tls_cert else "http"
         self.url = settings.public_url or "%s://%s:%d" % (scheme, settings.host, settings.port)
-        self.hosts = load_hosts(settings)
-        # hosts whose agent is another portal: a remote runner each, and a monitor of them all
-        make_portal = agent_clients.factory(settings)
+        # hosts whose agent is another portal: a remote runner each, and a monitor of them all;
+        # delegate components: a runner per portal they name
         callback = lambda: settings.agent_callback_url or self.url  # noqa: E731
-        remote = lambda h: RemoteRunner(h, self.store, settings, make_portal, clock,  # noqa: E731
+        remote = lambda h: RemoteRunner(h, self.store, settings, clients.host, clock,  # noqa: E731
                                         callback)
         read = Loader.for_portal(settings)     # a delegate's descriptor file, as initialize reads one
-        delegate = lambda url: DelegateRunner(url, self.store, settings, make_portal,  # noqa: E731
+        delegate = lambda url: DelegateRunner(url, self.store, settings, clients.delegate,  # noqa: E731
                                               read, clock, callback)
         self.engine = Engine(self.store, settings, self.hosts, clock=clock, url=self.url,
                              remote=remote, delegate=delegate)
+        self.engine.admit_delegate = clients.admit
+        self.engine.waiting_on_portals = clients.waiting
         remotes = {n: r for n, r in self.engine.runners.items() if isinstance(r, RemoteRunner)}
         for runner in remotes.values():     # lazy references between hosts resolve through them
             runner.peers = remotes

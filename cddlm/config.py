@@ -108,7 +108,9 @@ class Settings:
     # hosts whose agent is another portal (application/enactment/remote.py, docs/multihost.md)
     agent_credentials_file: str | None = None   # TOML: how this portal signs in to host portals
     agent_lease: float = 10.0                # a host portal silent this long is unreachable
-    agent_timeout: float = 5.0               # seconds one call to a host portal may take
+    agent_timeout: float = 5.0               # seconds one call to another portal may take, in all
+    agent_max_response_bytes: int = 8 * MiB  # one answer of another portal (a 10,000-component ping: 1.2 MB)
+    agent_request_slots: int = 2             # request threads that may wait on other portals at once
     agent_callback_url: str | None = None    # base URL host portals notify (default: ours)
     agent_mode: bool = False                 # --agent: a host portal (lean: no datacenter)
     fence_seconds: float | None = None       # host side: terminate delegated parts not renewed
@@ -118,6 +120,9 @@ class Settings:
     allowed_descriptor_urls: tuple[str, ...] = ()   # http(s): references and imports only under these
     descriptor_networks: tuple[str, ...] = ()       # besides public addresses, networks they may be on
     descriptor_fetch_timeout: float = 10.0   # seconds to fetch one referenced or imported document
+    # delegate components: the portals they may name (cddlm/agents.py)
+    allowed_delegate_urls: tuple[str, ...] = ()     # a delegate's portal only under these (none: no delegates)
+    delegate_networks: tuple[str, ...] = ()         # besides public addresses, networks those portals may be on
     # probes and readiness checks: the networks their tcp/http targets may be in
     probe_networks: tuple[str, ...] = ("127.0.0.0/8", "::1/128", "10.0.0.0/8",
                                        "172.16.0.0/12", "192.168.0.0/16")

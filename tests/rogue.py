@@ -152,7 +152,7 @@ class Proxy:
     answers it instead (a behaviour's bytes, or None to forward); keeps connections alive."""
 
     def __init__(self) -> None:
-        self.target: str | None = None
+        self.target: str | Callable[[], str] | None = None     # a base URL, or what gives it
         self.refuse: Callable[[Request], bytes | None] = lambda request: None
 
     def __call__(self, conn: socket.socket, request: Request, stopping: threading.Event) -> bool:
@@ -160,7 +160,7 @@ class Proxy:
         if instead is not None:
             conn.sendall(instead)
             return True
-        parts = urlsplit(self.target or "")
+        parts = urlsplit((self.target() if callable(self.target) else self.target) or "")
         upstream = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
         try:
             headers = {k: v for k, v in request.headers.items() if k not in ("host", "connection")}

@@ -340,6 +340,8 @@ class Service:
         placement, audit = self.placer.place(deployment, used, down, app.hostname)
         for path, where in placement.items():   # what each placed component holds, for _used_capacity
             where["demand"] = dict(nodes[path].attributes.get("demand") or {})
+        if self.engine is not None:     # the portals delegate components name: allowed?
+            self.engine.check_delegates(deployment)
         validate_only = understood.get(opts.VALIDATE_ONLY)
         if validate_only is not None and validate_only.value:
             return

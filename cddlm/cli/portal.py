@@ -86,6 +86,8 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
         raise UsageError("--fence-seconds is for a host portal (--agent), and positive")
     settings = settings.replace(agent_mode=args.agent, agent_credentials_file=args.agent_credentials,
                                 agent_lease=args.agent_lease, agent_timeout=args.agent_timeout,
+                                agent_max_response_bytes=args.agent_max_response_bytes,
+                                agent_request_slots=args.agent_request_slots,
                                 agent_callback_url=args.agent_callback,
                                 fence_seconds=args.fence_seconds)
     if args.consumer_network:
@@ -98,6 +100,8 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
     settings = settings.replace(allowed_descriptor_dirs=tuple(args.allow_descriptor_dir or ()),
                                 allowed_descriptor_urls=tuple(args.allow_descriptor_url or ()),
                                 descriptor_networks=tuple(args.descriptor_network or ()),
+                                allowed_delegate_urls=tuple(args.allow_delegate_url or ()),
+                                delegate_networks=tuple(args.delegate_network or ()),
                                 allowed_hosts=tuple(args.allowed_host or ()))
     if args.cpu:
         from cddlm import affinity
@@ -212,7 +216,20 @@ def register(sub) -> None:
     sv.add_argument("--agent-lease", type=float, default=10.0, metavar="S",
                     help="a host portal silent this long is marked unreachable (default 10)")
     sv.add_argument("--agent-timeout", type=float, default=5.0, metavar="S",
-                    help="seconds one call to a host portal may take (default 5)")
+                    help="seconds one call to another portal (a host portal, a delegate's) may "
+                         "take in all (default 5)")
+    sv.add_argument("--agent-max-response-bytes", type=int, default=8 * 1024 * 1024, metavar="N",
+                    help="the most one answer of another portal may hold (default 8 MiB; a "
+                         "10,000-component application's ping answer is about 1.2 MB)")
+    sv.add_argument("--agent-request-slots", type=int, default=2, metavar="N",
+                    help="request threads that may wait on other portals at once (a delegate's "
+                         "initialize); more are answered busy (default 2)")
+    sv.add_argument("--allow-delegate-url", action="append", metavar="PREFIX",
+                    help="delegate components may name portals under PREFIX (repeatable; default: "
+                         "none, no delegate component may be deployed)")
+    sv.add_argument("--delegate-network", action="append", metavar="CIDR",
+                    help="besides public addresses, a network those portals may be on (repeatable; "
+                         "an allowed prefix naming an address allows that address)")
     sv.add_argument("--import-path", action="append", metavar="DIR",
                     help="folder searched for classpath:/ descriptor imports (repeatable)")
     sv.add_argument("--consumer-network", action="append", metavar="CIDR",

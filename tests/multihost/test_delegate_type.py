@@ -31,9 +31,15 @@ def outer(other_url: str, inner: str = INNER) -> str:
 </application>""" % (escape(other_url), escape(inner))
 
 
+def allow(url: str) -> list[str]:
+    """A front portal's flags that let its delegates name the portal at ``url`` (loopback)."""
+    return ["--allow-delegate-url", url]
+
+
 @pytest.fixture
 def two(live_portal):
-    return live_portal(), live_portal()
+    other = live_portal()
+    return live_portal(extra=allow(other.url)), other
 
 
 def test_a_delegate_component_runs_as_a_sub_application_of_the_other_portal(two):
@@ -81,9 +87,10 @@ def test_a_delegate_over_mutual_tls_and_one_without_the_client_certificate(live_
                                   "--tls-client-ca", pki.ca_cert])
     assert other_lp.url.startswith("https://")
     creds = tmp_path / "agents.toml"
-    creds.write_text('[default]\nca_file = "%s"\nclient_cert = "%s"\nclient_key = "%s"\n'
-                     % (pki.ca_cert, pki.client_cert, pki.client_key))
-    trusted = live_portal(extra=["--agent-credentials", str(creds)])
+    # credentials for that portal's exact URL (a delegate's portal never gets [default]'s)
+    creds.write_text('[hosts."%s"]\nca_file = "%s"\nclient_cert = "%s"\nclient_key = "%s"\n'
+                     % (other_lp.url, pki.ca_cert, pki.client_cert, pki.client_key))
+    trusted = live_portal(extra=["--agent-credentials", str(creds)] + allow(other_lp.url))
     app = Portal(trusted.url, failover=False).create()
     app.initialize(ns.NATIVE, text=outer(other_lp.url, INNER.replace("${seconds}", "600")))
     app.run()
@@ -92,8 +99,9 @@ def test_a_delegate_over_mutual_tls_and_one_without_the_client_certificate(live_
     assert app.wait_for("terminated", timeout=60) == "terminated"
     # a front portal that trusts the CA but has no client certificate is not let in: its
     # delegate fails after the lease, saying so
-    creds.write_text('[default]\nca_file = "%s"\n' % pki.ca_cert)
-    stranger = live_portal(extra=["--agent-credentials", str(creds), "--agent-lease", "2"])
+    creds.write_text('[hosts."%s"]\nca_file = "%s"\n' % (other_lp.url, pki.ca_cert))
+    stranger = live_portal(extra=["--agent-credentials", str(creds), "--agent-lease", "2"]
+                           + allow(other_lp.url))
     app = Portal(stranger.url, failover=False).create()
     app.initialize(ns.NATIVE, text=outer(other_lp.url, INNER.replace("${seconds}", "600")))
     app.run()

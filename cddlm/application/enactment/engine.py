@@ -25,13 +25,14 @@ watcher does not cover (files, probes, processes it could not watch, hosts marke
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 import uuid
 from collections import OrderedDict
-from typing import Callable
+from typing import Callable, ContextManager
 
 from sqlalchemy import or_, select
 
@@ -105,6 +106,11 @@ class Engine:
         self.on_events: list[Callable[[], None]] = []   # woken after lifecycle events commit
         # owner -> the OS account its components run as (tenancy.Accounts; set by app.py)
         self.accounts: Callable[[str | None], str | None] = lambda owner: settings.security.run_as
+        # delegate components (cddlm/agents.py; set by app.py): whether one may name a portal
+        # (path, URL; raises the fault that says why not), and the bound on a request thread
+        # that waits on those portals at initialize
+        self.admit_delegate: Callable[[str, object], None] | None = None
+        self.waiting_on_portals: Callable[[], ContextManager] = contextlib.nullcontext
 
     # -- life of the engine -------------------------------------------------------------------
     def start(self) -> None:
@@ -181,14 +187,27 @@ class Engine:
             return self._delegate_runner(url)
         return self.runners.get(comp.host or "")
 
+    def check_delegates(self, tree: Deployment) -> None:
+        """At initialize, before anything changes: each ``delegate`` component names a portal
+        this portal may call (else the fault that says why not)."""
+        for path, comp in tree.walk():
+            if comp.type == "delegate" and self.admit_delegate is not None:
+                self.admit_delegate(path, comp.attributes.get("portal"))
+
     def prepare_delegates(self, app_id: str, generation: int, tree: Deployment) -> None:
         """At initialize: each ``delegate`` component's sub-application made and initialized
-        on its portal now, so a refusal reaches the caller (``RemoteFault``)."""
+        on its portal now, so a refusal reaches the caller (``RemoteFault``), all within one
+        bounded wait of the request thread (``waiting_on_portals``)."""
+        jobs = []
         for path, comp in tree.walk():
             url = comp.attributes.get("portal") if comp.type == "delegate" else None
             runner = self._delegate_runner(url)
             if runner is not None:
-                runner.prepare(app_id, generation, path, tree)
+                jobs.append((runner, path))
+        if jobs:
+            with self.waiting_on_portals():
+                for runner, path in jobs:
+                    runner.prepare(app_id, generation, path, tree)
 
     def _delegate_runner(self, url: object):
         """The runner of ``delegate`` components naming portal ``url`` (one per portal)."""
