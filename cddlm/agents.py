@@ -239,7 +239,7 @@ class AgentClients:
         return chosen
 
     def delegate_creds(self, url: str) -> dict[str, str]:
-        return dict(self.creds.get(_key(url)) or {})
+        return dict(self.creds.get(_key(url)) or {}) if "://" in url else {}
 
     def check(self, hosts: Iterable[Host]) -> None:
         """Refuse to start where credentials with a client certificate would go over plain
@@ -258,8 +258,10 @@ class AgentClients:
                 try:
                     tls_context(creds)
                 except (OSError, ssl.SSLError) as e:
-                    raise ConfigurationError("--agent-credentials: the TLS files for %s: %s"
-                                             % (what, e)) from None
+                    files = ", ".join("%s = %s" % (k, creds[k]) for k in ("ca_file", "client_cert",
+                                                                         "client_key") if creds.get(k))
+                    raise ConfigurationError("--agent-credentials: the TLS files for %s (%s): %s"
+                                             % (what, files or "the system's CAs", e)) from None
 
     def host(self, host: Host) -> ClientHostPortal:
         url = host.agent or ""

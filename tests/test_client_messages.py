@@ -12,7 +12,7 @@ from lxml import etree
 from cddlm import ns
 from cddlm.client import Listener, Portal
 from tests.conftest import free_port
-from tests.rogue import Proxy, Rogue, http_answer
+from tests.rogue import Proxy, Rogue, answer, http_answer, wait_for
 
 SLEEPER = ('<application xmlns="urn:cddlm:lang:components:1"><component name="w" type="process">'
            '<attribute name="argv"><item>sleep</item><item>600</item></attribute></component></application>')
@@ -30,8 +30,22 @@ def proxied(live_portal, refuse=None):
     return rogue
 
 
+def addressed(r, to: str) -> str:
+    """The body element's local name of a request that carries SOAPAction, and wsa:Action (the
+    same), wsa:To (``to``) and wsa:MessageID."""
+    env = etree.fromstring(r.body)
+    header = env.find("{%s}Header" % ns.SOAP11_ENV)
+    body = env.find("{%s}Body" % ns.SOAP11_ENV)[0]
+    action = header.findtext(WSA + "Action")
+    assert action and r.headers.get("soapaction") == '"%s"' % action, (body.tag, r.headers)
+    assert header.findtext(WSA + "To") == to, body.tag
+    assert (header.findtext(WSA + "MessageID") or "").startswith("urn:uuid:"), body.tag
+    return etree.QName(body).localname
+
+
 def test_every_message_carries_soapaction_and_addressing(live_portal):
     rogue = proxied(live_portal)
+    consumer = Rogue(answer(202)).__enter__()
     try:
         portal = Portal(rogue.url, failover=False)
         app = portal.create(name="wire")                              # zeep
@@ -45,20 +59,14 @@ def test_every_message_carries_soapaction_and_addressing(live_portal):
             sub = app.subscribe(listener.url("x"))
             sub.renew("PT2H")
             sub.unsubscribe()
+        app.subscribe(consumer.url)                                  # the portal's Notify too
         app.terminate("done")
+        assert wait_for(lambda: consumer.requests, 30)
     finally:
         rogue.stop()
-    posts = [r for r in rogue.requests if r.method == "POST"]
-    seen = set()
-    for r in posts:
-        env = etree.fromstring(r.body)
-        header = env.find("{%s}Header" % ns.SOAP11_ENV)
-        body = env.find("{%s}Body" % ns.SOAP11_ENV)[0]
-        action = header.findtext(WSA + "Action")
-        assert action and r.headers.get("soapaction") == '"%s"' % action, (body.tag, r.headers)
-        assert header.findtext(WSA + "To") == rogue.base + r.path, body.tag
-        assert (header.findtext(WSA + "MessageID") or "").startswith("urn:uuid:"), body.tag
-        seen.add(etree.QName(body).localname)
+        consumer.stop()
+    seen = {addressed(r, rogue.base + r.path) for r in rogue.requests if r.method == "POST"}
+    assert {addressed(r, consumer.url) for r in consumer.requests} == {"Notify"}
     assert {"createRequest", "initializeRequest", "GetResourceProperty", "GetMultipleResourceProperties",
             "logsRequest", "listApplicationsRequest", "Subscribe", "Renew", "Unsubscribe",
             "terminateRequest"} <= seen, seen
