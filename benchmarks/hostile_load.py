@@ -10,6 +10,13 @@ while ``--hostile`` clients send, in a loop, the worst requests of issue 16: Que
 with nested count(//*) predicates (N^5), HOT templates whose merge keys double per level,
 nested str_replace, 200,000 attributes on one element, and references to a FIFO.
 
+``--peers`` runs the cluster attacks of issue 27 instead: a front portal whose datacenter has
+a local host (the victim's) and two host portals that attack it, one answering a byte every
+2 s, one streaming 400 MB; ``--hostile`` clients initialize, in a loop, applications whose
+``delegate`` component names such a portal (an allowed one) or whose component is placed on
+such a host. Printed: the good client's p50/p99/max alone and under those attacks (target:
+p99 under 500 ms), how the initializes were answered, and the portal's RSS.
+
 Printed: the good client's p50/p99/max alone and under attack (targets: under 20 ms alone,
 under 500 ms under attack), with the floor (a GET of a static schema file: the HTTP server and
 the RSGI bridge, no SOAP); the hostile requests answered, by fault; the portal's peak RSS
@@ -23,6 +30,7 @@ from __future__ import annotations
 import argparse
 import collections
 import http.client
+import json
 import os
 import sys
 import tempfile
@@ -34,9 +42,12 @@ from urllib.parse import urlsplit
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.hostile.conftest import ENVELOPE, HOT, NATIVE, Answer, start_portal  # noqa: E402
+from cddlm import ns  # noqa: E402
+from tests.hostile.conftest import ENVELOPE, HOT, NATIVE, Answer, Portal, start_portal  # noqa: E402
 from tests.hostile.test_exhaust import merge_bomb, str_replace_bomb  # noqa: E402
 from tests.hostile.test_hold import NESTED_COUNT  # noqa: E402
+from tests.hostile.test_outbound import FLOOD, delegating, pinned  # noqa: E402
+from tests.rogue import Rogue, stream, trickle  # noqa: E402
 
 XPATH = "http://www.w3.org/TR/1999/REC-xpath-19991116"
 
@@ -109,11 +120,76 @@ def attacks(portal, fifo: Path) -> list[tuple[str, bytes]]:
     return out
 
 
+def line(name: str, times: list[float]) -> str:
+    return "%-34s p50 %7.1f ms   p99 %7.1f ms   max %7.1f ms" % (
+        name, 1000 * percentile(times, 0.5), 1000 * percentile(times, 0.99), 1000 * max(times))
+
+
+def peers(args: argparse.Namespace) -> None:
+    """The cluster attacks: host portals and delegates' portals that answer slowly or hugely."""
+    tmp = Path(tempfile.mkdtemp(prefix="cddlm-hostile-peers-"))
+    with Rogue(trickle(2.0)) as slow, Rogue(stream(FLOOD)) as flood:
+        dc = tmp / "datacenter.json"
+        dc.write_text(json.dumps({"resources": ["slots"], "levels": ["host"], "location": [
+            {"name": "h0", "level": "host", "capacity": {"slots": 100000}},
+            {"name": "slow", "level": "host", "agent": slow.url, "capacity": {"slots": 100000}},
+            {"name": "flood", "level": "host", "agent": flood.url, "capacity": {"slots": 100000}}]}))
+        portal = Portal(tmp, ["--datacenter", str(dc), "--allow-delegate-url", slow.url,
+                              "--allow-delegate-url", flood.url, "--agent-timeout", "2",
+                              "--agent-lease", "4"]).start()
+        try:
+            portal.victim = portal.deploy(pinned("h0"), name="victim")
+            good_client(portal.url, portal.victim, 50)                 # warm up
+            alone = good_client(portal.url, portal.victim, args.requests)
+            rss_before = portal.status("VmRSS")
+            stop = threading.Event()
+            answered: collections.Counter = collections.Counter()
+            bodies = [delegating(slow.url), delegating(flood.url), pinned("slow"), pinned("flood")]
+
+            def hostile(i: int) -> None:
+                k = i
+                while not stop.is_set():
+                    body = bodies[k % len(bodies)]
+                    k += 1
+                    try:
+                        a = portal.initialize(portal.create(), NATIVE, body=body, timeout=60)
+                        answered[a.fault() or "accepted"] += 1
+                    except (OSError, AssertionError) as e:
+                        answered["error: %s" % type(e).__name__] += 1
+
+            threads = [threading.Thread(target=hostile, args=(i,), daemon=True) for i in range(args.hostile)]
+            for t in threads:
+                t.start()
+            time.sleep(5.0)          # the attacks under way, and the hosts' lease passed
+            attacked = good_client(portal.url, portal.victim, args.requests)
+            rss_during = portal.status("VmRSS")
+            stop.set()
+            for t in threads:
+                t.join(90)
+            hosts = portal.prop(portal.url, "api:dynamicInfo")
+            print("machine: %d cores, load average %.1f at the end" % (os.cpu_count(), os.getloadavg()[0]))
+            print(line("GetResourceProperty, alone", alone))
+            print(line("GetResourceProperty, %d hostile" % args.hostile, attacked)
+                  + "   (target p99 < 500 ms)")
+            print("initializes naming slow or huge portals, answered: %s" % dict(answered.most_common()))
+            print("hosts marked down: %s" % ", ".join(
+                h.get("name") for h in hosts.doc.iter("{%s}host" % ns.API) if h.get("down") == "true"))
+            print("portal RSS: %.0f MiB before the attacks, %.0f MiB during (target: within 100 MiB)"
+                  % (rss_before / 1024, rss_during / 1024))
+        finally:
+            portal.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=300, help="good requests per phase")
     parser.add_argument("--hostile", type=int, default=16, help="hostile clients")
+    parser.add_argument("--peers", action="store_true",
+                        help="the cluster attacks: slow and huge host portals and delegates' portals")
     args = parser.parse_args()
+    if args.peers:
+        peers(args)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="cddlm-hostile-"))
     allowed = tmp / "allowed"
     allowed.mkdir()
@@ -160,10 +236,6 @@ def main() -> None:
         for t in threads:
             t.join(90)
         peak_after = portal.status("VmHWM")
-
-        def line(name: str, times: list[float]) -> str:
-            return "%-34s p50 %7.1f ms   p99 %7.1f ms   max %7.1f ms" % (
-                name, 1000 * percentile(times, 0.5), 1000 * percentile(times, 0.99), 1000 * max(times))
 
         print("machine: %d cores, load average %.1f at the end" % (os.cpu_count(), os.getloadavg()[0]))
         print(line("floor (GET of a static file)", floor))

@@ -31,6 +31,7 @@ import contextlib
 import heapq
 import http.client
 import itertools
+import mmap
 import select
 import socket
 import ssl
@@ -258,6 +259,26 @@ def coarse(e: BaseException | None) -> str:
 
 
 # -- one exchange ---------------------------------------------------------------------------------
+def _read(r: http.client.HTTPResponse, max_bytes: int, declared: int | None) -> bytes | None:
+    """The body, or None past ``max_bytes``. A small declared body is read at once; any other
+    into an anonymous mapping of the cap's size: its pages are taken only as they fill, and
+    all go back to the system when it is closed (freed heap memory stays with the process:
+    eight peers streaming 8 MiB each left a portal 110 MiB larger for good)."""
+    if declared is not None and declared <= READ_SIZE:
+        data = r.read(declared)
+        if len(data) != declared:
+            raise http.client.IncompleteRead(data, declared - len(data))
+        return data
+    with mmap.mmap(-1, max_bytes + 1) as buf, memoryview(buf) as view:
+        size = 0
+        while size <= max_bytes:
+            n = r.readinto(view[size:size + READ_SIZE])
+            if not n:
+                break
+            size += n
+        return bytes(view[:size]) if size <= max_bytes else None
+
+
 def exchange(t: Target, method: str, body: bytes | None = None, headers: dict[str, str] | None = None,
              *, timeout: float, max_bytes: int, connect_timeout: float | None = None,
              read_timeout: float | None = None, context: ssl.SSLContext | None = None,
@@ -285,16 +306,11 @@ def exchange(t: Target, method: str, body: bytes | None = None, headers: dict[st
         declared = r.getheader("Content-Length")
         if declared and declared.strip().isdigit() and int(declared) > max_bytes:
             return Answer(r.status, r.headers, b"", False, r.reason)
-        body = bytearray()
-        while len(body) <= max_bytes:
-            chunk = r.read(min(READ_SIZE, max_bytes + 1 - len(body)))
-            if not chunk:
-                break
-            body += chunk
-        if len(body) > max_bytes:
+        body = _read(r, max_bytes, int(declared) if declared and declared.strip().isdigit() else None)
+        if body is None:
             return Answer(r.status, r.headers, b"", False, r.reason)
         reusable = keep_alive and not r.will_close
-        return Answer(r.status, r.headers, bytes(body), True, r.reason)
+        return Answer(r.status, r.headers, body, True, r.reason)
     except (OSError, http.client.HTTPException) as e:
         # the same words for a deadline passed and a connection cut (no port scanner)
         expired = watch.expired or time.monotonic() >= deadline
