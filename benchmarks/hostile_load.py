@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import collections
 import http.client
-import json
 import os
 import sys
 import tempfile
@@ -46,7 +45,7 @@ from cddlm import ns  # noqa: E402
 from tests.hostile.conftest import ENVELOPE, HOT, NATIVE, Answer, Portal, start_portal  # noqa: E402
 from tests.hostile.test_exhaust import merge_bomb, str_replace_bomb  # noqa: E402
 from tests.hostile.test_hold import NESTED_COUNT  # noqa: E402
-from tests.hostile.test_outbound import FLOOD, delegating, pinned  # noqa: E402
+from tests.hostile.test_outbound import FLOOD, datacenter, delegating, pinned  # noqa: E402
 from tests.rogue import Rogue, stream, trickle  # noqa: E402
 
 XPATH = "http://www.w3.org/TR/1999/REC-xpath-19991116"
@@ -129,11 +128,7 @@ def peers(args: argparse.Namespace) -> None:
     """The cluster attacks: host portals and delegates' portals that answer slowly or hugely."""
     tmp = Path(tempfile.mkdtemp(prefix="cddlm-hostile-peers-"))
     with Rogue(trickle(2.0)) as slow, Rogue(stream(FLOOD)) as flood:
-        dc = tmp / "datacenter.json"
-        dc.write_text(json.dumps({"resources": ["slots"], "levels": ["host"], "location": [
-            {"name": "h0", "level": "host", "capacity": {"slots": 100000}},
-            {"name": "slow", "level": "host", "agent": slow.url, "capacity": {"slots": 100000}},
-            {"name": "flood", "level": "host", "agent": flood.url, "capacity": {"slots": 100000}}]}))
+        dc = datacenter(tmp, slow.url, flood.url)
         portal = Portal(tmp, ["--datacenter", str(dc), "--allow-delegate-url", slow.url,
                               "--allow-delegate-url", flood.url, "--agent-timeout", "2",
                               "--agent-lease", "4"]).start()

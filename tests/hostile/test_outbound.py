@@ -11,6 +11,7 @@ import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from xml.sax.saxutils import escape
 
 from tests.hostile.conftest import NATIVE, Portal
@@ -102,13 +103,18 @@ def test_delegates_portals_that_dribble_or_flood_hold_no_request_thread_and_no_m
         p.after()
 
 
+def datacenter(folder: Path, slow: str, flood: str) -> Path:
+    """A local host h0 (the victim's) and the host portals ``slow`` and ``flood`` (URLs)."""
+    dc = folder / "datacenter.json"
+    dc.write_text(json.dumps({"resources": ["slots"], "levels": ["host"], "location": [
+        {"name": name, "level": "host", "capacity": {"slots": 100000}, **({"agent": url} if url else {})}
+        for name, url in (("h0", None), ("slow", slow), ("flood", flood))]}))
+    return dc
+
+
 def test_host_portals_that_dribble_or_flood_are_marked_down_after_the_lease(tmp_path):
     with Rogue(trickle(2.0)) as slow, Rogue(stream(FLOOD)) as flood:
-        dc = tmp_path / "datacenter.json"
-        dc.write_text(json.dumps({"resources": ["slots"], "levels": ["host"], "location": [
-            {"name": "h0", "level": "host", "capacity": {"slots": 100}},
-            {"name": "slow", "level": "host", "agent": slow.url, "capacity": {"slots": 100}},
-            {"name": "flood", "level": "host", "agent": flood.url, "capacity": {"slots": 100}}]}))
+        dc = datacenter(tmp_path, slow.url, flood.url)
         p = Portal(tmp_path, ["--datacenter", str(dc)] + LIMITS).start()
         try:
             p.victim = p.deploy(pinned("h0"), name="victim")
