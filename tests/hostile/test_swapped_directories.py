@@ -3,7 +3,9 @@
 ``--run-as``, as tests/security sets them up): alice's component renames a directory above
 another of her components and links it to bob's application directory (or to a root-only
 folder). Her readiness checks must then see nothing there, so that ``running`` or ``failed``
-tells her nothing of bob's stdout (a regex oracle) nor of what exists where only root may look."""
+tells her nothing of bob's stdout (a regex oracle) nor of what exists where only root may look;
+and ``STATE/portal.log``, which names every tenant's applications and actions, is its owner's
+only (0600), from the start, after a restart and whatever mode an older portal left it with."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import contextlib
 import os
 import re
 import shutil
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -54,6 +57,9 @@ def tenants():
     users, _, _ = make_users(base)
     state = base / "state"
     state.mkdir()
+    for name in ("portal.log", "portal.log.1"):   # as an older portal left them
+        (state / name).write_text("2026-01-01 INFO cddlm.portal: an older portal's line\n")
+        (state / name).chmod(0o644)
     p = Tenants(base, ["--users", users, "--run-as", ACCOUNT_PATTERN]).start()
     try:
         # bob's application: its component says a secret on its stdout, readable by bob only
@@ -134,4 +140,32 @@ def test_a_directory_swapped_for_a_link_is_no_oracle(tenants):
     with p.as_user("alice"):
         for app in apps.values():
             assert p.terminate(app).fault() is None
+    p.after()
+
+
+def test_the_portal_log_is_its_owners_only(tenants):
+    p = tenants
+    log = p.state / "portal.log"
+    spy = ('<application xmlns="%s"><component name="spy" type="process"><attribute name="argv">'
+           '<item>sh</item><item>-c</item><item>cat "$CDDLM_WORKDIR/../../../../../portal.log" '
+           '"$CDDLM_WORKDIR/../../../../../portal.log.1"; echo done; exec sleep 600</item>'
+           '</attribute></component></application>' % NATIVE)
+    for restarted in (False, True):
+        for name in ("portal.log", "portal.log.1"):
+            mode = stat.S_IMODE((p.state / name).stat().st_mode)
+            assert mode == 0o600, "%s has mode %o (restarted: %s)" % (name, mode, restarted)
+        assert "bobs" in log.read_text()      # what it would give away: bob's application
+        with p.as_user("alice"):
+            app = p.deploy(spy)
+            out = p.app_dir(app) / "spy"
+            deadline = time.monotonic() + 10
+            while "done" not in _text(out / "stdout.log"):
+                assert time.monotonic() < deadline, "the spy said nothing"
+                time.sleep(0.05)
+            assert "cddlm" not in _text(out / "stdout.log"), _text(out / "stdout.log")[:300]
+            assert _text(out / "stderr.log").count("Permission denied") == 2, _text(out / "stderr.log")
+            assert p.terminate(app).fault() is None
+        if not restarted:
+            p.stop()
+            p.start(port=p.port)
     p.after()
