@@ -155,6 +155,10 @@ def test_when_the_kernel_drops_its_word_every_log_is_looked_at_again(tmp_path):
     class Kernel:                             # inotify, as far as the capper uses it
         def __init__(self):
             self.watches, self.events = 0, []
+            self.fd = os.eventfd(1)           # always has something to say
+
+        def fileno(self):
+            return self.fd
 
         def add_watch(self, path, mask):
             self.watches += 1
@@ -184,6 +188,7 @@ def test_when_the_kernel_drops_its_word_every_log_is_looked_at_again(tmp_path):
     capper._hear(0)
     assert capper.check() == 1
     assert (work[1] / "stdout.log.1").exists()
+    os.close(kernel.fd)
 
 
 def test_forgotten_directories_do_not_wake_the_capper(tmp_path):
@@ -226,6 +231,33 @@ def test_quiet_logs_are_swept_together_on_whole_seconds(tmp_path):
     assert len(due) <= 2                          # 40 looks over ~0.7 s: one or two wakes
     capper.forget_below(str(tmp_path))
     capper._notify.close()
+
+
+def test_a_directory_newly_watched_is_armed_and_looked_at_at_once(tmp_path):
+    """With one quiet component watched, the capper sleeps until its next sweep; a second
+    component's directory, watched then, must not wait for it: flooded at once, it is capped
+    within a look or two (it kept 384 MiB for 30 s)."""
+    capper = logs.Capper()
+    quiet, loud = tmp_path / "quiet", tmp_path / "loud"
+    for d in (quiet, loud):
+        d.mkdir()
+    (quiet / "stdout.log").write_bytes(b"started\n")
+    watch(capper, quiet, 64 * 1024)
+    deadline = time.monotonic() + 5
+    while capper._until_next() < 5:           # quiet, armed: next look at the sweep
+        assert time.monotonic() < deadline, "the quiet directory is still looked at often"
+        time.sleep(0.05)
+    watch(capper, loud, 64 * 1024)
+    with open(loud / "stdout.log", "ab") as f:
+        f.write((b"z" * 1023 + b"\n") * 1024)    # 1 MiB, sixteen caps
+    deadline = time.monotonic() + 1.0
+    while not (loud / "stdout.log.1").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        assert (loud / "stdout.log.1").exists(), "not rotated within 1 s of the write"
+        assert (loud / "stdout.log").stat().st_size <= 64 * 1024
+    finally:
+        capper.forget_below(str(tmp_path))
 
 
 def test_logs_are_reached_from_the_application_directory_never_through_a_link(tmp_path):

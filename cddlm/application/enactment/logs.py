@@ -26,6 +26,7 @@ import heapq
 import logging
 import math
 import os
+import select
 import threading
 import time
 
@@ -131,7 +132,10 @@ class Capper:
     directory, armed before each look and spent by its first event, so a log written without
     pause costs one event and one look per ``PERIOD``, and a quiet one nothing); a directory
     that grew is looked at again after ``PERIOD``, and every one at least every ``SWEEP``
-    seconds (should the kernel's queue overflow, every directory at once). Where the kernel cannot watch a directory (its limit of watches reached, no
+    seconds (should the kernel's queue overflow, every directory at once). A directory newly
+    watched wakes the thread, to be armed and looked at at once (asleep until its next look,
+    the thread would leave a new component's first hundreds of megabytes on disk up to
+    ``SWEEP``). Where the kernel cannot watch a directory (its limit of watches reached, no
     inotify), it is looked at on a schedule: ever less often while quiet, up to ``QUIET``.
 
     Directories are known by their path (``forget``, ``forget_below``) and reached from their
@@ -147,7 +151,7 @@ class Capper:
         self._by_wd: dict[int, str] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
+        self._bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)   # wakes the thread
         self._notify: inotify_simple.INotify | None = None
 
     def watch(self, base: str, relative: str, cap: int) -> None:
@@ -156,7 +160,8 @@ class Capper:
         names = confine.inside(base, relative)
         workdir = os.path.join(base, *names)
         with self._lock:
-            if workdir not in self._dirs:
+            new = workdir not in self._dirs
+            if new:
                 heapq.heappush(self._due, (0.0, workdir))
                 self._where[workdir] = (base, names)
             self._dirs[workdir] = cap
@@ -170,6 +175,8 @@ class Capper:
                 self._thread = threading.Thread(target=self._run, name="cddlm-log-capper",
                                                 daemon=True)
                 self._thread.start()
+        if new:
+            os.eventfd_write(self._bell, 1)
 
     def forget(self, workdir: str) -> None:
         with self._lock:
@@ -285,12 +292,22 @@ class Capper:
                     self._schedule(workdir, total, interval, when, now)
 
     def _hear(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds for the kernel's word of logs written; a directory
-        written is looked at ``PERIOD`` after its last look (at once if that has passed)."""
-        if self._notify is None:
-            self._wake.wait(timeout)
+        """Wait up to ``timeout`` seconds for the kernel's word of logs written, or for a
+        directory newly watched; a directory written is looked at ``PERIOD`` after its last
+        look (at once if that has passed)."""
+        poller = select.poll()
+        poller.register(self._bell, select.POLLIN)
+        if self._notify is not None:
+            poller.register(self._notify.fileno(), select.POLLIN)
+        ready = {fd for fd, _ in poller.poll(max(0, int(timeout * 1000)))}
+        if self._bell in ready:
+            try:
+                os.eventfd_read(self._bell)
+            except BlockingIOError:
+                pass
+        if self._notify is None or self._notify.fileno() not in ready:
             return
-        events = self._notify.read(timeout=int(timeout * 1000))
+        events = self._notify.read(timeout=0)
         now = time.monotonic()
         with self._lock:
             for event in events:
@@ -325,7 +342,7 @@ class Capper:
                 self._hear(min(SWEEP, max(self._until_next(), 3 * spent, 0.01)))
             except Exception:   # the capper must outlive any surprise
                 log.exception("the log capper failed")
-                self._wake.wait(PERIOD)
+                time.sleep(PERIOD)
 
 
 CAPPER = Capper()
