@@ -32,11 +32,14 @@ def _secret(tmp_path) -> str:
 
 
 def _served(live, app: str) -> str:
-    """What the dashboard's API serves of the application's descriptor."""
+    """What the dashboard serves of the application's descriptor (its API and its page)."""
     resource_id = live.prop(app, "api:id").text("//api:id")
-    page = requests.get("%s/api/v1/applications/%s/descriptor" % (live.base, resource_id), timeout=10)
-    assert page.status_code == 200, page.text[:300]
-    return page.text
+    served = ""
+    for path in ("/api/v1/applications/%s/descriptor", "/applications/%s"):
+        page = requests.get(live.base + path % resource_id, timeout=10)
+        assert page.status_code == 200, page.text[:300]
+        served += page.text
+    return served
 
 
 def test_library_names_are_the_librarys_own_documents_only(live, tmp_path):
