@@ -376,6 +376,7 @@ class Portal:
         s = self.settings
         return httpserver.ServerOptions(
             threads=s.server_threads, max_connections=s.max_connections, header_timeout=s.header_timeout,
+            max_connections_per_address=s.max_connections_per_address,
             body_timeout=s.body_timeout, max_body_bytes=s.limits.max_body_bytes,
             tls_cert=s.tls_cert, tls_key=s.tls_key, tls_client_ca=s.tls_client_ca)
 

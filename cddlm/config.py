@@ -89,6 +89,7 @@ class Settings:
     public_url: str | None = None           # base URL in EPRs when behind a proxy
     server_threads: int = 8                 # HTTP worker threads (run the SOAP handlers)
     max_connections: int = 4096             # HTTP connections being read or answered at once
+    max_connections_per_address: int = 256  # ... of one client address (more are closed)
     header_timeout: float = 10.0            # seconds a client has to send its request headers
     body_timeout: float = 30.0              # seconds a client has to send its request body
     tls_cert: str | None = None             # PEM certificate chain: serve HTTPS

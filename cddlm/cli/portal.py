@@ -77,6 +77,7 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
                         tls_client_ca=args.tls_client_ca, server_threads=args.server_threads,
                         max_connections=args.max_connections, header_timeout=args.header_timeout,
                         body_timeout=args.body_timeout,
+                        max_connections_per_address=args.max_connections_per_address,
                         security=Security(users_file=args.users, run_as=args.run_as,
                                           insecure=args.insecure),
                         quotas=Quotas(**quotas(args.quota)))
@@ -259,6 +260,9 @@ def register(sub) -> None:
                          "on every CPU)")
     sv.add_argument("--max-connections", type=int, default=4096, metavar="N",
                     help="connections being read or answered at once; more wait (default 4096)")
+    sv.add_argument("--max-connections-per-address", type=int, default=256, metavar="N",
+                    help="connections one client address may hold; its excess is closed (default "
+                         "256; 0: no cap)")
     sv.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
                     help="seconds a client has to send its request headers (default 10, at most 60)")
     sv.add_argument("--body-timeout", type=float, default=30.0, metavar="S",
