@@ -254,7 +254,8 @@ class Portal:
                                None if local else self.authenticator.soap,
                                wsgi.own_names(settings.host, settings.public_url,
                                               settings.allowed_hosts),
-                               notified=self.agent_notified if self.agents else None)
+                               notified=self.agent_notified if self.agents else None,
+                               authenticator=self.authenticator)
         self.scheduler = None
         self.server: httpserver.HttpServer | None = None
         self._stopped = threading.Event()
@@ -349,6 +350,7 @@ class Portal:
             self.agents.close()
         self.queries.close()
         self.filters.close()
+        self.authenticator.close()
         self.store.dispose()
         self.state.release()
 
@@ -388,7 +390,8 @@ class Portal:
             "open-file limit %d: room for about %d running processes (raise the hard limit, "
             "ulimit -Hn, for more)", limit, max(0, limit - 256))
         self.server = httpserver.HttpServer(self.wsgi, self.settings.host, self.settings.port,
-                                            self.server_options(), name="cddlm-http")
+                                            self.server_options(), name="cddlm-http",
+                                            gate=self.wsgi.gate if self.users is not None else None)
         if not self.settings.public_url:
             self.url = self.server.url
             self.engine.url = self.url
