@@ -24,6 +24,7 @@ from cddlm import httpserver
 from cddlm.application.enactment.engine import Engine
 from cddlm.application.enactment.remote import Agents, DelegateRunner, RemoteRunner
 from cddlm.application.loader import Loader
+from cddlm.application.nonces import open_record
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
 from cddlm.application.store import Store, open_sqlite_file, sqlite_file
@@ -244,7 +245,8 @@ class Portal:
         self.views = Views(self.service)
         self.handlers = Handlers(self.service, time.time(), notify, self.views, xpath=self.queries)
         portal_ep, app_ep = self.handlers.endpoints()
-        self.authenticator = Authenticator(self.users, self.store, sec, clock=clock)
+        self.authenticator = Authenticator(self.users, self.store, sec, clock=clock,
+                                           nonces=open_record(sec.users_file) if sec.users_file else None)
         local = self.users is None
         self.dashboard = Dashboard(self.views, settings, self.portal_url,
                                    None if local else self.authenticator.http)

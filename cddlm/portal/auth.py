@@ -12,8 +12,9 @@ Accepted (README, "Running on a network"):
   only, or on loopback), or ``PasswordDigest`` = Base64(SHA-1(nonce + created + secret)) with
   the user's digest secret (``users.py`` says why it is not the password). A token with a
   ``wsu:Created`` older than ``Settings.security.token_window`` (or further ahead than
-  ``clock_skew``) is stale; a nonce is accepted once (remembered in the store, so portals
-  sharing it refuse each other's replays); PasswordDigest needs both. An expired ``wsu:Timestamp`` is stale
+  ``clock_skew``) is stale; a nonce is accepted once (remembered in the store and in the
+  record beside the users file, so portals sharing either refuse each other's replays:
+  ``application/nonces.py``); PasswordDigest needs both. An expired ``wsu:Timestamp`` is stale
   too. Such a request's SOAP header is parsed and its token checked before the rest of its
   body (``wsgi.Router.gate``).
 
@@ -43,6 +44,7 @@ from cddlm import ns
 from cddlm.application import repository as repo
 from cddlm.application.store import Store
 from cddlm.application.tenancy import LOCAL_ADMIN, Principal
+from cddlm.application.nonces import NonceRecord
 from cddlm.application.users import NAME, Directory, User
 from cddlm.config import Security
 from cddlm.errors import AuthenticationFailed, BadArgument
@@ -90,11 +92,12 @@ class Authenticator:
     answer in the environ. ``directory`` None: local mode."""
 
     def __init__(self, directory: Directory | None, store: Store, security: Security, *,
-                 clock: Callable[[], float] = time.time):
+                 clock: Callable[[], float] = time.time, nonces: NonceRecord | None = None):
         self.directory = directory
         self.store = store
         self.security = security
         self.clock = clock
+        self.nonces = nonces
         self.logins = Logins(security.failures_per_minute, security.user_failures_per_minute,
                              v4_prefix=security.ipv4_prefix, v6_prefix=security.ipv6_prefix)
         self.checks = Checks(security.password_checks, security.password_wait) \
@@ -107,6 +110,8 @@ class Authenticator:
     def close(self) -> None:
         if self.checks is not None:
             self.checks.close()
+        if self.nonces is not None:
+            self.nonces.close()
 
     # -- entry points -------------------------------------------------------------------------
     def soap(self, environ: dict, headers: list[etree._Element]) -> Principal:
@@ -267,7 +272,8 @@ class Authenticator:
         given = password_el.text or ""
 
         def once(user: User) -> User:
-            """A token with a nonce is accepted once, by every portal of the store."""
+            """A token with a nonce is accepted once, by every portal of the store and of the
+            users file (``application/nonces.py``)."""
             if nonce is not None:
                 self._remember(name, nonce, parse_datetime(created_text) if created_text else now, now)
             return user
@@ -287,6 +293,8 @@ class Authenticator:
         expires = max(created, now) + self.security.token_window + self.security.clock_skew
         with self.store.write() as conn:
             fresh = repo.remember_nonce(conn, digest, expires)
+        if fresh and self.nonces is not None:
+            fresh = self.nonces.remember(digest, expires)
         if not fresh:
             raise _Failed("authentication failed: this nonce was used already (a replayed "
                           "message)", "replayed nonce", name)
@@ -324,7 +332,8 @@ class Authenticator:
         if self.directory is None:
             return 0
         with self.store.write() as conn:
-            return repo.forget_nonces(conn, self.clock())
+            forgotten = repo.forget_nonces(conn, self.clock())
+        return forgotten + (self.nonces.forget(self.clock()) if self.nonces is not None else 0)
 
 
 def _time(text: str, name: str) -> float:

@@ -1,6 +1,7 @@
-"""Attacks on sign-in against a live portal with users (issue 27, items 6 and 7): failed
+"""Attacks on sign-in against a live portal with users (issue 27, items 6, 7 and 11): failed
 logins that used to lock out everyone behind the attacker's address, guesses from rotating
-addresses, floods of scrypt work and of unauthenticated megabytes. Each attacker sends from loopback
+addresses, floods of scrypt work and of unauthenticated megabytes, and a PasswordDigest token
+replayed on a second portal reading the same users file. Each attacker sends from loopback
 addresses of its own (127.X.Y.Z: a place is an IPv4 /24); each proof is a signed-in client's
 answer (within a second) or the documented refusal."""
 
@@ -232,3 +233,20 @@ def test_unauthenticated_megabytes_are_not_parsed_and_hold_up_no_one(portal, use
     padding = "<wsa:ReplyTo><wsa:Address>%s</wsa:Address></wsa:ReplyTo>" % ("z" * 70_000)
     late = wire.soap(portal.url, LOOKUP, [padding, token], source="127.0.61.1")
     assert late.status == 401 and "within the first 65536 bytes" in late.fault[2], late.body[:300]
+
+
+def test_a_digest_replayed_on_another_portal_of_the_same_users_file_is_refused(users, portal):
+    """Two portals reading one users file, each with a store of its own."""
+    other = users.portal()
+    token = wire.username_token("bob", users.digest["bob"], digest=True, nonce=os.urandom(16),
+                                created=wire.zulu())
+    message = wire.envelope(LOOKUP, [token])
+    assert answered(wire.request(portal.url, "POST", message, source="127.0.71.1"))
+    replayed = wire.request(other.url, "POST", message, source="127.0.71.2")
+    assert replayed.status == 401 and "replayed" in replayed.fault[2], replayed.body[:300]
+    # a fresh token is taken by both
+    for p in (portal, other):
+        fresh = wire.username_token("bob", users.digest["bob"], digest=True, nonce=os.urandom(16),
+                                    created=wire.zulu())
+        assert answered(wire.soap(p.url, LOOKUP, [fresh], source="127.0.71.3"))
+    assert Path(users.users + ".nonces").stat().st_mode & 0o077 == 0
