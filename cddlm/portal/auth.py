@@ -77,12 +77,13 @@ class _Failed(AuthenticationFailed):
 
 class _Pending:
     """The costly part of a check (scrypt): ``check()`` on a password-check thread, then
-    ``then(result)`` gives the user or raises."""
+    ``then(result)`` gives the user or raises; ``undo()`` when the check did not run."""
 
-    __slots__ = ("check", "known", "then")
+    __slots__ = ("check", "known", "then", "undo")
 
-    def __init__(self, check: Callable[[], object], known: bool, then: Callable[[object], User]):
-        self.check, self.known, self.then = check, known, then
+    def __init__(self, check: Callable[[], object], known: bool, then: Callable[[object], User],
+                 undo: Callable[[], None] = lambda: None):
+        self.check, self.known, self.then, self.undo = check, known, then, undo
 
 
 class Authenticator:
@@ -121,13 +122,27 @@ class Authenticator:
     def http(self, environ: dict) -> Principal:
         return self._now(environ, None)
 
-    @staticmethod
-    def unreadable(error: Exception, limit: int) -> AuthenticationFailed:
-        """The refusal of a request without HTTP credentials whose SOAP header cannot be read
-        (``wsgi.Router.gate`` reads at most ``limit`` bytes of it)."""
-        return AuthenticationFailed("%s (without HTTP credentials, the token must be in a SOAP "
-                                    "header that ends within the first %d bytes: %s)"
-                                    % (REQUIRED, limit, error), challenge=CHALLENGE)
+    def may_read(self, environ: dict) -> bool:
+        """Whether the body of a request without HTTP credentials may be read: not while its
+        place sends too many without any (``logins``); then ``environ[REFUSED]`` says so."""
+        address = environ.get("REMOTE_ADDR") or ""
+        refused = self.logins.refusal(address, "")
+        if refused is None:
+            return True
+        environ[REFUSED] = AuthenticationFailed("%s; try again in %d s" % (refused[1], refused[0]),
+                                                status=429, retry_after=refused[0], challenge=CHALLENGE)
+        return False
+
+    def without_credentials(self, environ: dict, unreadable: Exception | None = None,
+                            limit: int = 0) -> None:
+        """Refuse a SOAP request that carries no credentials (or a SOAP header the edge cannot
+        read within ``limit`` bytes), counted against its place."""
+        address = environ.get("REMOTE_ADDR") or ""
+        self.logins.failed(address, "")
+        message = REQUIRED if unreadable is None else (
+            "%s (without HTTP credentials, the token must be in a SOAP header that ends within "
+            "the first %d bytes: %s)" % (REQUIRED, limit, unreadable))
+        environ[REFUSED] = AuthenticationFailed(message, challenge=CHALLENGE)
 
     @staticmethod
     def has_header_credentials(environ: dict) -> bool:
@@ -151,6 +166,7 @@ class Authenticator:
         def done(result, error) -> None:
             try:
                 if error is not None:
+                    found.undo()
                     raise error
                 environ[PRINCIPAL] = found.then(result)
             except Exception as e:   # noqa: BLE001 - as above
@@ -168,7 +184,12 @@ class Authenticator:
             raise environ[REFUSED]
         found = self._decide(environ, security)
         if isinstance(found, _Pending):
-            return found.then(self.checks.run(found.check, found.known))
+            try:
+                result = self.checks.run(found.check, found.known)
+            except Exception:
+                found.undo()
+                raise
+            return found.then(result)
         return found
 
     def _decide(self, environ: dict, security: etree._Element | None) -> "Principal | _Pending":
@@ -189,7 +210,7 @@ class Authenticator:
             raise
         if isinstance(user, _Pending):
             return _Pending(user.check, user.known,
-                            lambda result: self._conclude(environ, lambda: user.then(result)))
+                            lambda result: self._conclude(environ, lambda: user.then(result)), user.undo)
         if isinstance(user, Principal):
             return user
         return Principal(user.name, user.admin, address)
@@ -231,7 +252,7 @@ class Authenticator:
         address = environ.get("REMOTE_ADDR") or ""
         fingerprint = self.logins.fingerprint(name, password)
         known = self.logins.known(name, fingerprint)
-        refused = None if known else self.logins.refusal(address, name)
+        refused = None if known else self.logins.take(address, name)
         if refused is not None:
             wait, why = refused
             log.warning("authentication refused from %s for %r: %s", address, name, why)
@@ -240,12 +261,18 @@ class Authenticator:
 
         def checked(user: object) -> User:
             if user is None:
-                self.logins.failed(address, name)
+                if known:       # not taken beforehand
+                    self.logins.failed(address, name)
                 raise _Failed(WRONG, "wrong password or unknown user", name)
+            undo()
             self.logins.succeeded(name, fingerprint)
             return then(user)
 
-        return _Pending(lambda: self.directory.check_password(name, password), known, checked)
+        def undo() -> None:
+            if not known:
+                self.logins.give_back(address, name)
+
+        return _Pending(lambda: self.directory.check_password(name, password), known, checked, undo)
 
     # -- WS-Security UsernameToken ------------------------------------------------------------------
     def _username_token(self, security: etree._Element, environ: dict) -> "User | _Pending":

@@ -19,7 +19,14 @@ checked (cheaply) whatever happens here. A password attempt is looked at in this
      rotating addresses, however many, are that many a minute.
 
 Failures at other accounts never refuse anyone: a place that tries many names gets ten a
-minute at each, and no more CPU than the password-check threads give it. A real user whose
+minute at each, and no more CPU than the password-check threads give it.
+
+SOAP requests that carry no credentials at all (none in the HTTP headers, no token in the SOAP
+header) are failures of their place's anonymous user (the name ``""``, which no user has):
+after ``failures_per_minute`` of them, requests without HTTP credentials from that place are
+refused before their body is read (16 clients sending a megabyte each, refused one after the
+other, kept the portal busy reading). A client sending its UsernameToken in the body from
+behind the same address is refused with them; one sending HTTP credentials is not. A real user whose
 password was never seen valid since the portal started, signing in while their own account is
 being guessed at, is refused until the guessing slows: the price of bounding it. Their token
 or digest secret, and a client already signed in, are not.
@@ -82,9 +89,9 @@ class Buckets:
         tokens = self._level(key, self.clock())
         return 0 if tokens >= 1.0 else max(1, math.ceil((1.0 - tokens) / self.rate))
 
-    def debit(self, key: object) -> None:
+    def debit(self, key: object, amount: float = 1.0) -> None:
         now = self.clock()
-        self._tokens[key] = (max(0.0, self._level(key, now) - 1.0), now)
+        self._tokens[key] = (max(0.0, self._level(key, now) - amount), now)
         self._tokens.move_to_end(key)
         while len(self._tokens) > self.max_keys:
             self._tokens.popitem(last=False)
@@ -101,7 +108,7 @@ class Logins:
         self._user = Buckets(per_user, clock)
         self._known: "collections.OrderedDict[str, list[bytes]]" = collections.OrderedDict()
         self._key = secrets.token_bytes(32)
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     def place(self, address: str) -> str:
         return place(address, *self.prefixes)
@@ -115,11 +122,30 @@ class Logins:
         with self._lock:
             return fingerprint in self._known.get(user, ())
 
+    def take(self, address: str, user: str) -> tuple[int, str] | None:
+        """(seconds to wait, why) when an attempt at ``user`` from ``address`` is not to be
+        checked now; None: check it, its failure counted already (so that attempts checked
+        at once cannot each pass before the others' failures are counted): ``give_back`` when
+        it succeeds or is not checked after all."""
+        with self._lock:
+            refused = self.refusal(address, user)
+            if refused is None:
+                self._debit(address, user, 1.0)
+            return refused
+
+    def give_back(self, address: str, user: str) -> None:
+        with self._lock:
+            self._debit(address, user, -1.0)
+
     def refusal(self, address: str, user: str) -> tuple[int, str] | None:
         """(seconds to wait, why) when an attempt at ``user`` from ``address`` is not to be
         checked now; None: check it."""
         where = self.place(address)
-        with self._lock:
+        with self._lock:     # re-entrant: ``take`` holds it
+            if not user:
+                wait = self._pair.wait((where, ""))
+                return (wait, "too many requests without credentials from %s (HTTP credentials "
+                              "are still taken)" % where) if wait else None
             for buckets, key, why in (
                     (self._pair, (where, user), "too many failed sign-ins as %s from %s" % (user, where)),
                     (self._user, user, "too many failed sign-ins as %s; a client that signed in "
@@ -130,10 +156,16 @@ class Logins:
         return None
 
     def failed(self, address: str, user: str) -> None:
-        where = self.place(address)
+        """A failure not taken beforehand (a request without credentials; a known password
+        that was wrong after all)."""
         with self._lock:
-            self._pair.debit((where, user))
-            self._user.debit(user)
+            self._debit(address, user, 1.0)
+
+    def _debit(self, address: str, user: str, amount: float) -> None:
+        where = self.place(address)
+        self._pair.debit((where, user), amount)
+        if user:
+            self._user.debit(user, amount)
 
     def succeeded(self, user: str, fingerprint: bytes) -> None:
         with self._lock:

@@ -184,24 +184,30 @@ class Router:
         auth = self.authenticator
         if auth is None or auth.local:
             return None
+        path = environ.get("PATH_INFO", "")
+        soap_post = environ.get("REQUEST_METHOD") == "POST" and path.startswith(MOUNTS)
         if body is None:          # the headers are in, the body is not read
             environ[GATED] = True
             if auth.has_header_credentials(environ):
                 if auth.admit(environ, None, lambda: resume(0 if REFUSED in environ else None)):
                     return 0 if REFUSED in environ else None      # refused: read nothing
                 return LATER
+            if soap_post and not auth.may_read(environ):
+                return 0
             return self.limits.unauthenticated_body_bytes
-        path = environ.get("PATH_INFO", "")
-        if PRINCIPAL in environ or REFUSED in environ or environ.get("REQUEST_METHOD") != "POST" \
-                or not path.startswith(MOUNTS) or not body \
+        if PRINCIPAL in environ or REFUSED in environ or not soap_post or not body \
                 or len(body) > self.limits.unauthenticated_body_bytes:
             return None           # the application answers (too large: RequestTooLarge)
+        limit = self.limits.max_soap_header_bytes
         try:
-            root = xmlsafe.parse_head(body, "{%s}Body" % soap.ENV, self.limits.max_soap_header_bytes)
+            root = xmlsafe.parse_head(body, "{%s}Body" % soap.ENV, limit)
             header = root.find("{%s}Header" % soap.ENV)
             security = header.find(SECURITY) if header is not None else None
         except BadArgument as e:
-            environ[REFUSED] = auth.unreadable(e, self.limits.max_soap_header_bytes)
+            auth.without_credentials(environ, e, limit)
+            return None
+        if security is None:
+            auth.without_credentials(environ)
             return None
         return None if auth.admit(environ, security, lambda: resume(None)) else LATER
 

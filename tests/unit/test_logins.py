@@ -85,3 +85,13 @@ def test_checks_run_known_credentials_first_and_refuse_what_waited_too_long():
     with pytest.raises(ZeroDivisionError):
         checks.run(lambda: 1 / 0)
     checks.close()
+
+
+def test_attempts_checked_at_once_are_counted_before_they_fail():
+    """32 guesses in flight used to pass the check before the first failure was counted."""
+    logins = Logins(per_place_user=3, per_user=30)
+    assert [logins.take("10.0.0.1", "bob") for _ in range(3)] == [None, None, None]
+    assert logins.take("10.0.0.1", "bob") is not None
+    logins.give_back("10.0.0.1", "bob")      # one was bob's password after all
+    assert logins.take("10.0.0.1", "bob") is None
+    assert logins.take("10.0.0.1", "alice") is None
