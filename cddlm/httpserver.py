@@ -331,8 +331,12 @@ class Bridge:
                 self._receive(request, self.options.max_body_bytes)
             else:
                 request.env = self._environ(scope)
-                self._decided(request, self.gate(request.env, None,
-                                                 lambda answer: self._resumed(request, answer)))
+                try:
+                    answer = self.gate(request.env, None, lambda answer: self._resumed(request, answer))
+                except Exception:   # noqa: BLE001 - the application still decides for itself
+                    log.exception("the request gate failed")
+                    answer = None
+                self._decided(request, answer)
             await request.done   # the request holds its place in the server's limit until answered
         finally:
             self.active.discard(client)
