@@ -274,8 +274,9 @@ def register(sub) -> None:
                     help="a per-user quota: applications, components, descriptor_bytes, "
                          "subscriptions (repeatable; administrators have none)")
     sv.add_argument("--insecure", action="store_true",
-                    help="start even on a non-loopback address without --users and TLS, or as "
-                         "root without --run-as (loudly: anyone reaching it may run commands)")
+                    help="start even on a non-loopback address without --users and TLS, or "
+                         "with --users but without --run-as (components then run as the portal's "
+                         "own account and may rewrite the users file), loudly")
     sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
                     help="what the portal logs on stderr (default warning); STATE/portal.log "
                          "gets info and above (debug with debug)")
