@@ -178,7 +178,9 @@ def claim(conn: Connection, owner: str, now: float, lease: float, limit: int, ba
     with the ids of their first ``batch`` queued events."""
     query = (select(s.id, s.portal, s.producer, s.producer_view, s.topic, s.consumer,
                     s.consumer_address, s.subscriber, s.attempts, s.failing_since)
-             .join(_TURNS, _TURNS.c.id == s.id).order_by(_TURNS.c.turn, s.due).limit(limit * 4))
+             .join(_TURNS, _TURNS.c.id == s.id).order_by(_TURNS.c.turn, s.due).limit(limit * 4)
+             .where(_CLAIMABLE))    # again on the row itself: PostgreSQL checks it again on
+                                    # a row another claimer has just leased (and skips it)
     if postgres:
         query = query.with_for_update(skip_locked=True, of=subscriptions)
     rows = conn.execute(query, {"now": now}).all()
