@@ -33,8 +33,11 @@ def setup_logging(state_dir: str, level: str) -> str:
         r.name.startswith("cddlm.audit") and wanted < logging.ERROR))
     root = logging.getLogger()
     root.setLevel(min(wanted, logging.INFO))
+    from cddlm.application.secrets import LogFilter
+    hide = LogFilter()           # no line says a value a descriptor marks secret
     for handler in (to_file, to_stderr):
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        handler.addFilter(hide)
         root.addHandler(handler)
     if wanted > logging.DEBUG:      # the scheduler logs every run of every job at info
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
