@@ -17,7 +17,7 @@ import sys
 from cddlm import __version__
 from cddlm.cli import apps, completion, deploy, hosts, lang, logs, placement, portal, users
 from cddlm.cli.common import (BROKEN_PIPE, DEFAULT_PORTAL, FAILED, INTERRUPTED, UNREACHABLE,
-                              CliError, add_portal_option)
+                              CliError, add_portal_option, login_error)
 from cddlm.errors import CddlmError
 
 GROUPS = (portal, deploy, apps, logs, hosts, lang, placement, users, completion)
@@ -91,6 +91,11 @@ def explain(e: BaseException, args: argparse.Namespace) -> tuple[str, str | None
             return "no portal answers at %s" % url, "is `cddlm portal serve` running?", UNREACHABLE
         return "the portal at %s did not answer as a portal: %s" % (url, e.message), \
             "is it running, and is the scheme right: http or https?", UNREACHABLE
+    if isinstance(e, PortalFault) and e.fault == "FailedAuthentication":
+        said = login_error(str(e), getattr(args, "portal_url", None) or DEFAULT_PORTAL,
+                           getattr(args, "credentials", None))
+        if said:
+            return said[0], said[1], FAILED
     if isinstance(e, PortalFault):
         return str(e), FAULT_HINTS.get(e.fault), FAILED
     if isinstance(e, CddlmError):

@@ -67,6 +67,7 @@ def portal(args: argparse.Namespace):
             and sys.stdin.isatty():
         credentials = Credentials(credentials.user,
                                   getpass.getpass("password for %s: " % credentials.user))
+    args.credentials = credentials      # for the boundary, to say what a refusal means
     try:
         return Portal(url, credentials=credentials, tls=config.tls)
     except Exception as e:
@@ -85,6 +86,30 @@ def portal(args: argparse.Namespace):
             url, str(detail).split(" for url:")[0][:120] or type(detail).__name__),
             "give the portal's base URL, host:port or its endpoint …/cddlm/portal",
             UNREACHABLE) from e
+
+
+CONFIG_FILE = "the config file, $CDDLM_CONFIG or ~/.config/cddlm/client.toml"
+
+
+def login_error(fault: str, url: str, credentials) -> tuple[str, str] | None:
+    """What a portal's refusal to authenticate means at the command line (the portal's own
+    words describe the wire: a UsernameToken, Basic, Bearer): (the line, its hint) naming the
+    options, variables and file the credentials come from. None: the portal's line says it."""
+    if "authentication required" in fault:            # the request carried no credentials
+        if credentials is not None and credentials.user:
+            return ("no password for %s, and no terminal to ask for it on" % credentials.user,
+                    "set $CDDLM_PASSWORD, give a token in $CDDLM_TOKEN, or put either in %s"
+                    % CONFIG_FILE)
+        return ("the portal at %s wants to know who you are" % url,
+                "give --user NAME with its password in $CDDLM_PASSWORD or at a terminal's "
+                "prompt, or a token in $CDDLM_TOKEN, or put them in %s" % CONFIG_FILE)
+    if "authentication failed" not in fault:
+        return None                 # too many tries, or an administrator's operation
+    if credentials is not None and credentials.user and credentials.password is not None:
+        return (fault, "check --user %s and its password: $CDDLM_PASSWORD, the prompt, or %s"
+                % (credentials.user, CONFIG_FILE))
+    return (fault, "`cddlm token create NAME --users FILE` issues a new token; this one came "
+            "from $CDDLM_TOKEN or %s" % CONFIG_FILE)
 
 
 def add_portal_option(parser: argparse.ArgumentParser) -> None:

@@ -27,9 +27,17 @@ def env_for(portal: str | None) -> dict:
 
 
 def cddlm(*args: str, portal: str | None = None, check: bool = True, timeout: float = 120,
-          cwd: Path = ROOT) -> subprocess.CompletedProcess:
+          cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The command, stdin not a terminal; ``env`` adds to (or, with None values, removes from)
+    the environment."""
+    environ = env_for(portal)
+    for key, value in (env or {}).items():
+        if value is None:
+            environ.pop(key, None)
+        else:
+            environ[key] = value
     r = subprocess.run([sys.executable, "-m", "cddlm.cli", *args], capture_output=True, text=True,
-                       env=env_for(portal), cwd=cwd, timeout=timeout)
+                       env=environ, cwd=cwd, timeout=timeout, stdin=subprocess.DEVNULL)
     assert TRACEBACK not in r.stderr, r.stderr
     if check:
         assert r.returncode == 0, r.stderr
