@@ -42,8 +42,14 @@ def endpoint(value: str) -> str:
     if "://" not in text:
         text = "http://" + text
     parts = urllib.parse.urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError("--portal expects a URL, host:port or the portal endpoint, not %r" % value)
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise UsageError("--portal %r: the port must be a number from 1 to 65535" % value)
     path = parts.path.rstrip("/")
     if not path.endswith(ns.PORTAL_PATH):
         path += ns.PORTAL_PATH
@@ -74,6 +80,10 @@ def portal(args: argparse.Namespace):
         import requests
         from cddlm.client import Unreachable
         if isinstance(e, Unreachable) and isinstance(e.__cause__, requests.exceptions.SSLError):
+            if "WRONG_VERSION_NUMBER" in str(e.__cause__):      # it answered, but not in TLS
+                http = "http" + url[len("https"):]
+                raise CliError("%s does not speak TLS: what answers there is plain HTTP" % url,
+                               "is it a portal without --tls-cert? then %s" % http, UNREACHABLE) from e
             raise CliError(e.message) from e    # it answers, but is not trusted: not exit 3
         if isinstance(e, Unreachable) and not isinstance(e.__cause__, requests.HTTPError):
             raise               # nothing answered (or not in time): the boundary says so

@@ -170,8 +170,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             from cddlm import xmlsafe
             app.initialize(language=language, body=xmlsafe.parse(data), properties=props,
                            options=options)
-    except BaseException:
+    except BaseException as e:
         cleanup(app, label)     # nothing was deployed: leave nothing behind
+        e.add_note("%s was removed" % label)       # the error's line says so (cddlm.cli.main)
         raise
     if options.get(opts.VALIDATE_ONLY):
         cleanup(app, label)
