@@ -141,6 +141,12 @@ def add_portal_option(parser: argparse.ArgumentParser) -> None:
                         help="the client certificate's key")
 
 
+def prose(docstring_paragraph: str) -> str:
+    """A paragraph of a module's docstring as a command's --help shows it: one line, without
+    the reST markup of literals (``cddlm ls``)."""
+    return re.sub(r"``([^`]+)``", r"\1", " ".join(docstring_paragraph.split()))
+
+
 def add_json_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print JSON, for scripts")
 

@@ -243,7 +243,7 @@ def _name(app) -> str | None:
 
 def register(sub) -> None:
     d = sub.add_parser("deploy", help="create, initialize and run an application from a descriptor",
-                       description=__doc__.split("\n\n")[1].replace("\n", " "))
+                       description=common.prose(__doc__.split("\n\n")[1]))
     common.add_portal_option(d)
     d.add_argument("file", metavar="FILE", help="the descriptor: native XML (.xml), CDL (.cdl) "
                    "or a HOT template (.yaml, .yml, .json)")

@@ -86,16 +86,12 @@ def banner(live_portal) -> list[str]:
 
 def shape(lines: list[str], paths: bool = False) -> list[str]:
     """Lines as compared: ids, times, numbers (and with ``paths``, absolute paths) replaced,
-    blanks collapsed (column widths follow the values), and a run of progress lines reduced
-    to its last (a terminal redraws one line in place)."""
+    blanks collapsed (column widths follow the values). Every line counts: a quick wait's
+    progress is one line on a pipe too, as on a terminal."""
     out: list[str] = []
     for line in lines:
         line = TIME.sub("<time>", UUID.sub("<uuid>", line))
         if paths:
             line = re.sub(r"/[^\s)]+", "<path>", line)
-        line = " ".join(re.sub(r"\d+", "<n>", line).split())
-        if line.startswith("[ <n>.<n>s]") and out and out[-1].startswith("[ <n>.<n>s]"):
-            out[-1] = line
-        else:
-            out.append(line)
+        out.append(" ".join(re.sub(r"\d+", "<n>", line).split()))
     return out
