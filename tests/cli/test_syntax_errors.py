@@ -4,6 +4,8 @@ parser. ``lang resolve`` and ``deploy`` alike, before any portal is asked."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.cli.helpers import cddlm
 
 XML = """<application xmlns="urn:cddlm:lang:components:1">
@@ -25,19 +27,16 @@ resources:
 """
 
 
-def test_an_unescaped_ampersand_gives_line_column_and_reason(tmp_path):
-    (tmp_path / "crash.xml").write_text(XML)
+@pytest.mark.parametrize("name, text, expected", [
+    # an unescaped &
+    ("crash.xml", XML, "crash.xml:3: XML is not well-formed: xmlParseEntityRef: no name, line 3, "
+                       "column 54"),
+    # an indentation slip
+    ("typo2.yaml", YAML, "typo2.yaml:9: not valid YAML at column 7: did not find expected key "
+                         "(while parsing a block mapping at line 8, column 6)"),
+])
+def test_a_syntax_error_gives_line_column_and_the_parsers_reason(tmp_path, name, text, expected):
+    (tmp_path / name).write_text(text)
     for command in (("lang", "resolve"), ("deploy",)):
-        r = cddlm(*command, "crash.xml", cwd=tmp_path, check=False, portal="127.0.0.1:1")
-        assert r.returncode == 1
-        assert "crash.xml:3: XML is not well-formed: xmlParseEntityRef: no name, line 3, " \
-            "column 54" in r.stderr, r.stderr
-
-
-def test_a_yaml_indentation_slip_gives_line_column_and_what_was_expected(tmp_path):
-    (tmp_path / "typo2.yaml").write_text(YAML)
-    for command in (("lang", "resolve"), ("deploy",)):
-        r = cddlm(*command, "typo2.yaml", cwd=tmp_path, check=False, portal="127.0.0.1:1")
-        assert r.returncode == 1
-        assert "typo2.yaml:9: not valid YAML at column 7: did not find expected key (while " \
-            "parsing a block mapping at line 8, column 6)" in r.stderr, r.stderr
+        r = cddlm(*command, name, cwd=tmp_path, check=False, portal="127.0.0.1:1")
+        assert r.returncode == 1 and expected in r.stderr, (command, r.stderr)
