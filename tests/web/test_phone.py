@@ -41,7 +41,7 @@ def test_the_phone_layout_shows_every_column_and_labels_the_dates(browser, live_
         page.goto(base + "/applications/" + app_id)
         rows = page.locator("table.components tbody tr")
         assert rows.count() == 4                                            # db, site, web1, web2
-        assert page.evaluate(OFF_SCREEN, "table.stack tbody td, table.stack tbody th") == []
+        assert page.evaluate(OFF_SCREEN, "table.components tbody td, table.components tbody th") == []
         assert page.evaluate("() => document.documentElement.scrollWidth") <= PHONE["width"]
         web1 = page.locator('table.components tr[data-component="site/web1"]')
         assert web1.locator("td.ports").evaluate(LABEL) == '"Ports"'
