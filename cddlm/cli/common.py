@@ -113,9 +113,13 @@ def login_error(fault: str, url: str, credentials) -> tuple[str, str] | None:
         return ("the portal at %s wants to know who you are" % url,
                 "give --user NAME with its password in $CDDLM_PASSWORD or at a terminal's "
                 "prompt, or a token in $CDDLM_TOKEN, or put them in %s" % CONFIG_FILE)
+    sent_password = credentials is not None and credentials.user and credentials.password is not None
+    if "too many failed sign-ins" in fault and sent_password:
+        return (fault, "check --user %s and its password: $CDDLM_PASSWORD, the prompt, or %s"
+                % (credentials.user, CONFIG_FILE))
     if "authentication failed" not in fault:
         return None                 # too many tries, or an administrator's operation
-    if credentials is not None and credentials.user and credentials.password is not None:
+    if sent_password:
         return (fault, "check --user %s and its password: $CDDLM_PASSWORD, the prompt, or %s"
                 % (credentials.user, CONFIG_FILE))
     return (fault, "`cddlm token create NAME --users FILE` issues a new token; this one came "
