@@ -50,6 +50,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from cddlm import ns  # noqa: E402
+from tests.conftest import kill_leftovers  # noqa: E402
 from tests.hostile.conftest import ENVELOPE, HOT, NATIVE, Answer, Portal, start_portal  # noqa: E402
 from tests.hostile.test_exhaust import merge_bomb, str_replace_bomb  # noqa: E402
 from tests.hostile.test_hold import NESTED_COUNT  # noqa: E402
@@ -180,6 +181,7 @@ def peers(args: argparse.Namespace) -> None:
                   % (rss_before / 1024, rss_during / 1024))
         finally:
             portal.stop()
+            kill_leftovers(tmp)
 
 
 def login_floods(count: int) -> None:

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from tests.conftest import kill_leftovers
 from tests.hostile.conftest import NATIVE, Portal
 from tests.rogue import Rogue, stream, trickle
 
@@ -138,3 +139,4 @@ def test_host_portals_that_dribble_or_flood_are_marked_down_after_the_lease(tmp_
             p.after()
         finally:
             p.stop()
+            kill_leftovers(tmp_path)        # the victim (on h0, where no fixture looks)
