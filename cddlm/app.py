@@ -20,10 +20,13 @@ import time
 from typing import Callable
 
 from cddlm import agents as agent_clients
-from cddlm import httpserver
+from cddlm import httpserver, metrics
+from cddlm.application import census, fencing
+from cddlm.application.enactment import logs
 from cddlm.application.enactment.engine import Engine
 from cddlm.application.enactment.remote import Agents, DelegateRunner, RemoteRunner
 from cddlm.application.loader import Loader
+from cddlm.application.health import Readiness, StoreProbe, front_renewed
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
 from cddlm.application.store import Store, open_sqlite_file, sqlite_file
@@ -40,6 +43,7 @@ from cddlm.portal.auth import Authenticator
 from cddlm.portal.handlers import Handlers
 from cddlm.portal.subscriptions import SubscriptionHandlers
 from cddlm.web.app import Dashboard
+from cddlm.web.operations import Operations
 from cddlm.xpathsafe import XPathPool
 
 log = logging.getLogger(__name__)
@@ -248,9 +252,13 @@ class Portal:
         local = self.users is None
         self.dashboard = Dashboard(self.views, settings, self.portal_url,
                                    None if local else self.authenticator.http)
+        metrics.configure(settings.metrics_consumer_hosts)
+        self.readiness = Readiness(self._ready_checks())
+        self.operations = Operations(self.dashboard, self.readiness, self.census,
+                                     None if local else self.authenticator.http)
         self.wsgi = wsgi.build({"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep,
                                 "/cddlm/subscriptions": notify.manager_endpoint()},
-                               settings.limits, self.portal_url, self.dashboard,
+                               settings.limits, self.portal_url, self.operations,
                                None if local else self.authenticator.soap,
                                wsgi.own_names(settings.host, settings.public_url,
                                               settings.allowed_hosts),
@@ -258,6 +266,7 @@ class Portal:
         self.scheduler = None
         self.server: httpserver.HttpServer | None = None
         self._stopped = threading.Event()
+        self._stopping = threading.Event()  # asked to stop (a signal): serve_forever returns
         self.failure: str | None = None      # why the portal stopped serving by itself
 
     def _open_store(self, settings: Settings) -> None:
@@ -272,6 +281,22 @@ class Portal:
             self.store_identity = _identity(path)
         self.store = Store(settings.database_url)
         self.store.migrate()
+
+    def _ready_checks(self) -> dict:
+        """What /readyz looks at (application/health.py)."""
+        self.store_probe = StoreProbe(self.store, self.settings.ready_store_seconds)
+        checks = {"store": self.store_probe, "engine": self.engine.dead, "log capper": logs.CAPPER.dead,
+                  "scheduler": lambda: None if self.scheduler is not None and self.scheduler.running
+                  else "the scheduler is not running", "state": self.lost_state}
+        if self.settings.agent_mode:
+            checks["front"] = front_renewed(
+                lambda: self.service.front_pinged, lambda: fencing.holds_delegated(self.store),
+                self.settings.fence_seconds or self.settings.ready_front_seconds)
+        return checks
+
+    def census(self) -> metrics.Census:
+        """The store's counts for a metrics scrape."""
+        return census.read(self.store, self.hosts.hosts, time.time())
 
     def lost_state(self) -> str | None:
         """Why the portal cannot go on (its state directory or store file deleted or replaced
@@ -335,6 +360,10 @@ class Portal:
         for host in went_down + came_up:
             self.engine.check_all(host)
 
+    def request_stop(self) -> None:
+        """Ask ``serve_forever`` to return (from a signal handler: nothing else is done)."""
+        self._stopping.set()
+
     def stop(self) -> None:
         if self._stopped.is_set():
             return
@@ -349,6 +378,7 @@ class Portal:
             self.agents.close()
         self.queries.close()
         self.filters.close()
+        self.store_probe.close()
         self.store.dispose()
         self.state.release()
 
@@ -401,7 +431,7 @@ class Portal:
         self._wait_answering(server)
         if ready is not None:
             ready(self.endpoint)
-        while not self._stopped.wait(0.5):
+        while not (self._stopping.wait(0.5) or self._stopped.is_set()):
             if not server.alive():
                 log.error("the HTTP server stopped; the portal stops too")
                 break

@@ -137,6 +137,11 @@ class Settings:
     consumer_networks: tuple[str, ...] = ("127.0.0.0/8", "::1/128", "10.0.0.0/8",
                                           "172.16.0.0/12", "192.168.0.0/16")
     default_subscription_seconds: float = 24 * 3600.0
+    # operating it (web/operations.py, docs/operating.md)
+    metrics_consumer_hosts: int = 100        # consumer hosts with a label of their own; the rest: other
+    ready_store_seconds: float = 2.0         # /readyz: the store must answer within this
+    ready_front_seconds: float = 60.0        # /readyz of a host portal holding delegated parts:
+                                             # a front pinged one within this (--fence-seconds if set)
 
     @property
     def hosts_root(self) -> str:

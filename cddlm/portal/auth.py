@@ -35,7 +35,7 @@ from typing import Callable
 
 from lxml import etree
 
-from cddlm import ns
+from cddlm import metrics, ns
 from cddlm.application import repository as repo
 from cddlm.application.store import Store
 from cddlm.application.tenancy import LOCAL_ADMIN, Principal
@@ -133,6 +133,7 @@ class Authenticator:
             user = check()
         except _Failed as e:
             self.limiter.failed(address)
+            metrics.auth_failed()
             log.warning("authentication failed from %s%s: %s", address,
                         " for %r" % e.user if e.user else "", e.reason)
             raise

@@ -35,6 +35,7 @@ from typing import Callable
 
 from sqlalchemy import or_, select
 
+from cddlm import metrics
 from cddlm.application import lifecycle
 from cddlm.application import repository as repo
 from cddlm.application.enactment import logs, queue, states
@@ -139,6 +140,13 @@ class Engine:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def dead(self) -> str | None:
+        """Why the engine does no work (not started, or a thread of it ended), or None."""
+        gone = [t.name for t in self._threads if not t.is_alive()]
+        if not self._threads or self._stop.is_set():
+            return "the engine is not running"
+        return "engine threads ended: %s" % ", ".join(gone) if gone else None
 
     def _notify_events(self) -> None:
         for callback in self.on_events:
@@ -248,6 +256,7 @@ class Engine:
             if not self._looker.locked():
                 self._wake.set()    # the looker found work: another idle worker looks on
             batch = _Batch(items)
+            metrics.claimed(batch.action, len(items))
             try:
                 self._perform(batch)
             except Superseded:

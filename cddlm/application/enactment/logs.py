@@ -29,6 +29,7 @@ import time
 
 import inotify_simple
 
+from cddlm import metrics
 from cddlm.application.enactment import confine
 
 log = logging.getLogger(__name__)
@@ -164,6 +165,13 @@ class Capper:
         with self._lock:
             self._drop(workdir)
 
+    def dead(self) -> str | None:
+        """Why logs go uncapped (the thread ended while it has logs to watch), or None."""
+        with self._lock:
+            if self._dirs and (self._thread is None or not self._thread.is_alive()):
+                return "the log capper's thread has ended"
+        return None
+
     def forget_below(self, prefix: str) -> None:
         with self._lock:
             for d in [d for d in self._dirs if d == prefix or d.startswith(prefix + os.sep)]:
@@ -246,6 +254,7 @@ class Capper:
                 total += size
                 if size > cap and rotate(path, cap):
                     rotated += 1
+                    metrics.log_rotated()
                     log.info("rotated %s (over %d bytes)", path, cap)
             grew = seen is None or seen[0] != total
             interval = PERIOD if grew else min(QUIET, 2 * seen[1])

@@ -1,0 +1,48 @@
+"""What a metrics scrape reads from the store: grouped counts, in one read transaction.
+
+A scrape (``GET /metrics``, every 15 s or so) costs one grouped query per family (applications
+by state, components by state and host, work items, the outbox, hosts and their leases), never
+a query per application; a request costs none. Counts only: no application, owner or
+subscription name reaches a label.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Iterable
+
+from sqlalchemy import func, select
+
+from cddlm.application.store import Store
+from cddlm.application.tables import (agents, applications, components, deliveries, events,
+                                      hosts, work)
+from cddlm.metrics import Census
+
+NO_HOST = "-"        # components placed on no host (compounds, delegates)
+
+
+def read(store: Store, host_names: Iterable[str], now: float,
+         clock: Callable[[], float] = time.perf_counter) -> Census:
+    """The counts the store holds now; ``host_names``: the datacenter's hosts (each one is
+    up unless marked down)."""
+    started = clock()
+    c = Census()
+    with store.read() as conn:
+        c.applications = {state: n for state, n in conn.execute(
+            select(applications.c.state, func.count()).group_by(applications.c.state))}
+        c.components = {(state, host or NO_HOST): n for state, host, n in conn.execute(
+            select(components.c.observed, components.c.host, func.count())
+            .group_by(components.c.observed, components.c.host))}
+        held = work.c.owner.is_not(None)
+        counts = dict(conn.execute(select(held, func.count()).group_by(held)).all())
+        c.queue = {"waiting": counts.get(False, 0), "claimed": counts.get(True, 0)}
+        c.outbox = {"unfanned": conn.execute(select(func.count()).select_from(events)
+                                             .where(events.c.fanned_out == False)  # noqa: E712
+                                             ).scalar() or 0,
+                    "queued": conn.execute(select(func.count()).select_from(deliveries)).scalar() or 0}
+        down = {name for name, in conn.execute(select(hosts.c.name).where(hosts.c.down))}
+        c.hosts_up = {name: name not in down for name in host_names}
+        c.lease_ages = {host: max(0.0, now - (last_ok or checked)) for host, last_ok, checked
+                        in conn.execute(select(agents.c.host, agents.c.last_ok, agents.c.checked))}
+    c.seconds = clock() - started
+    return c
