@@ -13,26 +13,35 @@ from typing import Callable, Iterable
 
 from sqlalchemy import func, select
 
+from cddlm.application import lifecycle
+from cddlm.application.enactment import states
 from cddlm.application.store import Store
 from cddlm.application.tables import (agents, applications, components, deliveries, events,
                                       hosts, work)
 from cddlm.metrics import Census
 
 NO_HOST = "-"        # components placed on no host (compounds, delegates)
+COMPONENT_STATES = (states.PENDING, states.DEPLOYED, states.STARTING, states.RUNNING,
+                    states.COMPLETED, states.STOPPING, states.STOPPED, states.FAILED)
 
 
 def read(store: Store, host_names: Iterable[str], now: float,
          clock: Callable[[], float] = time.perf_counter) -> Census:
     """The counts the store holds now; ``host_names``: the datacenter's hosts (each one is
-    up unless marked down)."""
+    up unless marked down). Every state is counted, none left out for being 0 (a series that
+    vanished would keep its last value on a graph), on each host that holds components."""
     started = clock()
     c = Census()
     with store.read() as conn:
-        c.applications = {state: n for state, n in conn.execute(
-            select(applications.c.state, func.count()).group_by(applications.c.state))}
-        c.components = {(state, host or NO_HOST): n for state, host, n in conn.execute(
+        c.applications = dict.fromkeys(lifecycle.STATES, 0)
+        c.applications.update(conn.execute(
+            select(applications.c.state, func.count()).group_by(applications.c.state)).all())
+        counted = {(state, host or NO_HOST): n for state, host, n in conn.execute(
             select(components.c.observed, components.c.host, func.count())
             .group_by(components.c.observed, components.c.host))}
+        c.components = {(state, host): 0 for host in {h for _, h in counted}
+                        for state in COMPONENT_STATES}
+        c.components.update(counted)
         held = work.c.owner.is_not(None)
         counts = dict(conn.execute(select(held, func.count()).group_by(held)).all())
         c.queue = {"waiting": counts.get(False, 0), "claimed": counts.get(True, 0)}
