@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 from tests.cli.helpers import ROOT, cddlm, descriptor, env_for, process
-from tests.conftest import LivePortal, kill_leftovers
+from tests.conftest import LivePortal, kill_leftovers, schema_at
 
 
 def serve(state, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
@@ -83,18 +83,10 @@ def test_what_backup_says_of_postgresql_and_of_no_store(tmp_path):
 
 def test_an_older_store_is_migrated_at_start(tmp_path):
     """A store as release 0005 left it: the portal migrates it and shows its applications."""
-    from alembic import command
-    from alembic.config import Config
     from sqlalchemy import text
-    from cddlm.application.store import MIGRATIONS, Store
     state = tmp_path / "state"
     state.mkdir()
-    store = Store("sqlite:///%s" % (state / "portal.db"))
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    with store.write() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0005")
+    with schema_at("sqlite:///%s" % (state / "portal.db"), "0005") as (store, conn):
         conn.execute(text("INSERT INTO applications (id, name, state, desired, generation, "
                           "created, event_seq, owner) VALUES ('urn:uuid:0ld', 'from-0005', "
                           "'terminated', 'terminated', 0, 1.0, 1, 'admin')"))
