@@ -76,9 +76,16 @@ def configure(max_consumer_hosts: int) -> None:
 
 
 # -- what the layers below count ------------------------------------------------------------------
+_children: dict[tuple[str, str, str], tuple] = {}     # (endpoint, operation, outcome) -> its series
+
+
 def request(endpoint: str, operation: str, outcome: str, seconds: float) -> None:
-    _REQUESTS.labels(endpoint, operation, outcome).inc()
-    _REQUEST_SECONDS.labels(endpoint, operation).observe(seconds)
+    key = (endpoint, operation, outcome)
+    series = _children.get(key)
+    if series is None:      # labels() costs a lock and a lookup each: once per kind of request
+        series = _children[key] = (_REQUESTS.labels(*key), _REQUEST_SECONDS.labels(endpoint, operation))
+    series[0].inc()
+    series[1].observe(seconds)
 
 
 def claimed(action: str, items: int) -> None:
