@@ -70,9 +70,12 @@ _max_consumer_hosts = 100
 
 
 def configure(max_consumer_hosts: int) -> None:
-    """The composition root's settings (``Settings.metrics_consumer_hosts``)."""
+    """The composition root's settings (``Settings.metrics_consumer_hosts``); the consumer
+    hosts counted from now on are the first that many seen from now on."""
     global _max_consumer_hosts
-    _max_consumer_hosts = max_consumer_hosts
+    with _lock:
+        _max_consumer_hosts = max_consumer_hosts
+        _consumer_hosts.clear()
 
 
 # -- what the layers below count ------------------------------------------------------------------
