@@ -14,10 +14,10 @@ from typing import Callable, Iterable
 from sqlalchemy import func, select
 
 from cddlm.application import lifecycle
+from cddlm.application import repository as repo
 from cddlm.application.enactment import states
 from cddlm.application.store import Store
-from cddlm.application.tables import (agents, applications, components, deliveries, events,
-                                      hosts, work)
+from cddlm.application.tables import agents, components, deliveries, events, hosts, work
 from cddlm.metrics import Census
 
 NO_HOST = "-"        # components placed on no host (compounds, delegates)
@@ -34,8 +34,7 @@ def read(store: Store, host_names: Iterable[str], now: float,
     c = Census()
     with store.read() as conn:
         c.applications = dict.fromkeys(lifecycle.STATES, 0)
-        c.applications.update(conn.execute(
-            select(applications.c.state, func.count()).group_by(applications.c.state)).all())
+        c.applications.update(repo.count_by_state(conn))
         counted = {(state, host or NO_HOST): n for state, host, n in conn.execute(
             select(components.c.observed, components.c.host, func.count())
             .group_by(components.c.observed, components.c.host))}

@@ -126,6 +126,30 @@ def test_a_host_portal_is_unready_while_no_front_pings_its_parts():
     assert check() is None
 
 
+def test_a_host_portal_whose_front_stops_pinging_is_unready(tmp_path):
+    """--agent: while it holds a part a front portal delegated (its client token says so),
+    the part must be pinged within the window; a ping makes it ready again."""
+    from cddlm.application.options import CLIENT_TOKEN, Option
+    from tests.conftest import make_portal
+    p = make_portal(tmp_path, agent_mode=True, ready_front_seconds=1.0)
+    try:
+        client = _client(p)
+        token = [Option(CLIENT_TOKEN, True, "string", "cddlm-front-1", "cddlm-front-1")]
+        app, _ = p.service.create("part", None, token, p.url)
+        deadline = time.monotonic() + 10
+        while (answer := client("/readyz"))[0] == 200:
+            assert time.monotonic() < deadline, "still ready with nobody pinging"
+            time.sleep(0.1)
+        assert set(answer[1]["problems"]) == {"front"}, answer
+        assert answer[1]["problems"]["front"].startswith("no front portal has pinged its "
+                                                         "delegated applications for ")
+        p.service.ping(app.id)
+        time.sleep(0.6)     # the last answer is kept half a second
+        assert client("/readyz") == (200, {"status": "ready"})
+    finally:
+        p.stop()
+
+
 def _client(p):
     from tests.conftest import WsgiClient
     wsgi = WsgiClient(p.wsgi)
