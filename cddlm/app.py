@@ -255,7 +255,7 @@ class Portal:
         self.dashboard = Dashboard(self.views, settings, self.portal_url,
                                    None if local else self.authenticator.http)
         metrics.configure(settings.metrics_consumer_hosts)
-        self.readiness = Readiness(self._ready_checks())
+        self.readiness = Readiness(self._ready_checks(), after_store=frozenset({"front"}))
         self.operations = Operations(self.dashboard, self.readiness, self.census,
                                      None if local else self.authenticator.http)
         self.wsgi = wsgi.build({"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep,

@@ -116,6 +116,7 @@ def log_rotated() -> None:
 
 
 def _consumer_label(host: str) -> str:
+    host = host.rpartition("@")[2]      # a consumer URL's user and password are no label
     with _lock:
         if host in _consumer_hosts:
             return host

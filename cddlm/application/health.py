@@ -26,9 +26,14 @@ Check = Callable[[], "str | None"]
 
 
 class Readiness:
+    """``checks`` in order; those named in ``after_store`` read the store themselves, and are
+    skipped while the ``store`` check fails (they would wait on it past its deadline)."""
+
     def __init__(self, checks: dict[str, Check], *, cache: float = 0.5,
+                 after_store: frozenset[str] = frozenset(),
                  clock: Callable[[], float] = time.monotonic):
         self.checks = checks
+        self.after_store = after_store
         self.cache = cache
         self.clock = clock
         self._lock = threading.Lock()
@@ -42,6 +47,8 @@ class Readiness:
                 return self._answer[1]
             found = {}
             for name, check in self.checks.items():
+                if name in self.after_store and "store" in found:
+                    continue
                 try:
                     reason = check()
                 except Exception as e:      # a check that breaks says so; it is not ready

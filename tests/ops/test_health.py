@@ -109,6 +109,10 @@ def test_readiness_is_computed_twice_a_second_at_most():
     assert len(calls) == 2
     boom = Readiness({"y": lambda: 1 / 0})
     assert boom.problems() == {"y": "the check failed: ZeroDivisionError"}
+    asked = []
+    hung = Readiness({"store": lambda: "the store has not answered for 2.0 s",
+                      "front": lambda: asked.append(1)}, after_store=frozenset({"front"}))
+    assert hung.problems() == {"store": "the store has not answered for 2.0 s"} and not asked
 
 
 def test_a_host_portal_is_unready_while_no_front_pings_its_parts():

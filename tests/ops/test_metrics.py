@@ -116,7 +116,7 @@ def test_with_users_the_metrics_are_an_administrators(live_portal, tmp_path):
 def test_consumer_hosts_past_the_cap_are_counted_as_other():
     metrics.configure(2)
     try:
-        for host in ("cap-a:1", "cap-b:2", "cap-c:3", "cap-a:1"):
+        for host in ("cap-a:1", "user:secret@cap-b:2", "cap-c:3", "cap-a:1"):
             metrics.delivered(host, 0.01, failed=True)
     finally:
         metrics.configure(100)
@@ -125,6 +125,7 @@ def test_consumer_hosts_past_the_cap_are_counted_as_other():
                 if name == "cddlm_notification_delivery_failures_total"}
     assert failures["cap-a:1"] == 2 and failures["cap-b:2"] == 1 and "cap-c:3" not in failures
     assert failures[metrics.OTHER] >= 1
+    assert not [h for h in failures if "secret" in h]
 
 
 def test_promtool_accepts_the_exposition():
