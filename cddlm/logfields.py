@@ -17,6 +17,7 @@ import contextvars
 import json
 import logging
 import time
+from typing import Callable
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 FIELDS = ("operation", "application", "principal", "address")
@@ -47,6 +48,13 @@ def current() -> dict:
 
 
 class JsonFormatter(logging.Formatter):
+    """``mask`` (text -> text) is applied to every field's text: the handlers' filters mask
+    secrets in the message and the traceback, and these fields are more of the same."""
+
+    def __init__(self, mask: Callable[[str], str] | None = None):
+        super().__init__()
+        self.mask = mask
+
     def format(self, record: logging.LogRecord) -> str:
         out = {"time": _iso(record.created), "level": record.levelname, "logger": record.name,
                "message": record.getMessage()}
@@ -54,14 +62,17 @@ class JsonFormatter(logging.Formatter):
         audit = getattr(record, "audit", None)
         if isinstance(audit, dict):
             out.update((k, audit.get(k)) for k in AUDIT_KEYS)
-        if record.exc_info:
-            out["exception"] = self.formatException(record.exc_info)
+        if record.exc_info or record.exc_text:
+            out["exception"] = record.exc_text or self.formatException(record.exc_info)
+        if self.mask is not None:
+            out = {k: self.mask(v) if isinstance(v, str) and k not in ("time", "level", "logger")
+                   else v for k, v in out.items()}
         return json.dumps(out, ensure_ascii=False, default=str)
 
 
-def formatter(kind: str) -> logging.Formatter:
-    """``text`` or ``json``."""
-    return JsonFormatter() if kind == "json" else logging.Formatter(TEXT_FORMAT)
+def formatter(kind: str, mask: Callable[[str], str] | None = None) -> logging.Formatter:
+    """``text`` or ``json`` (``mask``: see ``JsonFormatter``)."""
+    return JsonFormatter(mask) if kind == "json" else logging.Formatter(TEXT_FORMAT)
 
 
 def _iso(t: float) -> str:
