@@ -55,18 +55,23 @@ def setup_logging(state_dir: str, level: str, kind: str = "text") -> str:
     root.setLevel(min(wanted, logging.INFO))
     from cddlm.application.secrets import LogFilter
     hide = LogFilter()           # no line says a value a descriptor marks secret
-
-    def mask(text: str) -> str:  # ... nor a JSON line's other fields (an audit's detail)
-        probe = logging.makeLogRecord({"msg": text})
-        hide.filter(probe)
-        return probe.getMessage()
     for handler in (to_file, to_stderr):
-        handler.setFormatter(logfields.formatter(kind, mask))
+        handler.setFormatter(logfields.formatter(kind, masking(hide)))
         handler.addFilter(hide)
         root.addHandler(handler)
     if wanted > logging.DEBUG:      # the scheduler logs every run of every job at info
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
     return path
+
+
+def masking(hide: logging.Filter):
+    """Text masked as ``hide`` masks a record's message: a JSON line's other fields (an
+    audit's detail, a request's fields) are masked like its message."""
+    def mask(text: str) -> str:
+        probe = logging.makeLogRecord({"msg": text})
+        hide.filter(probe)
+        return probe.getMessage()
+    return mask
 
 
 def say(line: str, kind: str) -> None:

@@ -66,3 +66,36 @@ def test_the_default_terminal_shows_the_banner_not_a_line_per_request(live_porta
     kept = (lp.state_dir / "portal.log").read_text()      # the file keeps the audit, as text
     assert re.search(r" INFO cddlm\.audit: admin from 127\.0\.0\.1: create urn:uuid:\S+ \(quiet\)$",
                      kept, re.M), kept
+
+
+def test_json_fields_beside_the_message_are_masked_as_it_is():
+    """A descriptor's secret quoted in an audit's detail (a terminate's reason, say) is masked
+    there too, not only in the message."""
+    import io
+    import logging
+    from cddlm import logfields
+    from cddlm.application import secrets
+    from cddlm.cli.portal import masking
+    from cddlm.lang.model import Component, Deployment
+    held = Deployment([Component("db", "process", {"env": {"PW": "pw-90817x"}})],
+                      secrets={"db/env/PW"})
+    secrets.of(held)        # the portal holds the tree: its secrets are masked in log lines
+    out = io.StringIO()
+    hide = secrets.LogFilter()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(logfields.formatter("json", masking(hide)))
+    handler.addFilter(hide)
+    logger = logging.getLogger("cddlm.audit.test-json-masks")
+    logger.addHandler(handler)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    try:
+        logger.info("admin from -: terminate a (%s)", "because pw-90817x leaked",
+                    extra={"audit": {"action": "terminate", "principal": "admin", "address": None,
+                                     "application": "a", "detail": "because pw-90817x leaked"}})
+    finally:
+        logger.removeHandler(handler)
+    line = json.loads(out.getvalue())
+    assert "pw-90817x" not in out.getvalue()
+    assert line["detail"] == "because ******** leaked" and line["action"] == "terminate"
+    del held
