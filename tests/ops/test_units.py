@@ -150,7 +150,9 @@ def test_ctrl_c_under_make_serve_stops_cleanly_and_says_what_keeps_running(tmp_p
         url = re.search(r"portal ready at (\S+)", screen).group(1)
         cddlm("deploy", "examples/hello.xml", "--name", "stays", portal=url)
         subprocess.run(tmux + ["send-keys", "-t", "t", "C-c"], check=True, timeout=30)
-        screen = wait_screen(tmux, lambda s: "Pane is dead" in s)
+        log = tmp_path / "state" / "portal.log"
+        screen = wait_screen(tmux, lambda s: "Pane is dead" in s,
+                             why=lambda: "portal.log ends:\n" + log.read_text()[-1500:])
     finally:
         subprocess.run(tmux + ["kill-server"], capture_output=True, timeout=30)
         kill_leftovers(tmp_path)
@@ -159,7 +161,7 @@ def test_ctrl_c_under_make_serve_stops_cleanly_and_says_what_keeps_running(tmp_p
     assert "make: ***" not in screen and "Traceback" not in screen and "Interrupt" not in screen, screen
 
 
-def wait_screen(tmux: list[str], done, timeout: float = 60.0) -> str:
+def wait_screen(tmux: list[str], done, timeout: float = 60.0, why=lambda: "") -> str:
     deadline = time.monotonic() + timeout
     while True:
         screen = subprocess.run(tmux + ["capture-pane", "-p", "-t", "t", "-S", "-200"],
@@ -167,5 +169,6 @@ def wait_screen(tmux: list[str], done, timeout: float = 60.0) -> str:
         if done(screen):
             return screen
         if time.monotonic() > deadline:
-            raise AssertionError("the terminal never showed what was awaited:\n" + screen)
+            raise AssertionError("the terminal never showed what was awaited:\n%s\n%s"
+                                 % (screen, why()))
         time.sleep(0.1)
