@@ -23,6 +23,8 @@ from cddlm import agents as agent_clients
 from cddlm import httpserver
 from cddlm.application.enactment.engine import Engine
 from cddlm.application.enactment.remote import Agents, DelegateRunner, RemoteRunner
+from cddlm.application.enactment.ssh import SshRunner
+from cddlm.application.enactment.sshlink import Loop as SshLoop
 from cddlm.application.loader import Loader
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
@@ -210,8 +212,9 @@ class Portal:
         # hosts whose agent is another portal: a remote runner each, and a monitor of them all
         make_portal = agent_clients.factory(settings)
         callback = lambda: settings.agent_callback_url or self.url  # noqa: E731
-        remote = lambda h: RemoteRunner(h, self.store, settings, make_portal, clock,  # noqa: E731
-                                        callback)
+        remote = lambda h: self._ssh_runner(h) if h.agent.startswith("ssh://") else \
+            RemoteRunner(h, self.store, settings, make_portal, clock, callback)  # noqa: E731
+        self.ssh_loop: SshLoop | None = None     # the SSH hosts' connections, made on first use
         read = Loader.for_portal(settings)     # a delegate's descriptor file, as initialize reads one
         delegate = lambda url: DelegateRunner(url, self.store, settings, make_portal,  # noqa: E731
                                               read, clock, callback)
@@ -220,7 +223,10 @@ class Portal:
         remotes = {n: r for n, r in self.engine.runners.items() if isinstance(r, RemoteRunner)}
         for runner in remotes.values():     # lazy references between hosts resolve through them
             runner.peers = remotes
-        self.agents = Agents(self.store, settings, remotes, clock) if remotes else None
+        # the host monitor watches host portals and SSH hosts alike (down after the lease)
+        watched = {n: r for n, r in self.engine.runners.items() if isinstance(r, SshRunner)}
+        watched.update(remotes)
+        self.agents = Agents(self.store, settings, watched, clock) if watched else None
         self.engine.accounts = Accounts(sec.run_as, self.users.account if self.users else lambda _: None)
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)
         # users' XPath is evaluated in helper processes with a budget: queries in one pool,
@@ -259,6 +265,15 @@ class Portal:
         self.server: httpserver.HttpServer | None = None
         self._stopped = threading.Event()
         self.failure: str | None = None      # why the portal stopped serving by itself
+
+    def _ssh_runner(self, host) -> SshRunner:
+        """The runner of a host whose agent is ``ssh://USER@ADDRESS[:PORT]``: its credentials
+        are ``ssh_key`` and ``known_hosts`` of ``--agent-credentials``."""
+        if self.ssh_loop is None:
+            self.ssh_loop = SshLoop()
+        creds = agent_clients.load_credentials(self.settings.agent_credentials_file)
+        return SshRunner(host, self.store, self.settings, self.ssh_loop,
+                         agent_clients.chosen(creds, host.name))
 
     def _open_store(self, settings: Settings) -> None:
         """Check an SQLite store before anything writes to it (a damaged one is refused),
@@ -347,6 +362,8 @@ class Portal:
         self.engine.stop()
         if self.agents is not None:
             self.agents.close()
+        if self.ssh_loop is not None:
+            self.ssh_loop.close()
         self.queries.close()
         self.filters.close()
         self.store.dispose()

@@ -37,7 +37,7 @@ from sqlalchemy import or_, select
 
 from cddlm.application import lifecycle
 from cddlm.application import repository as repo
-from cddlm.application.enactment import logs, queue, states
+from cddlm.application.enactment import logs, procfs, queue, states
 from cddlm.application.enactment.local import Later, LocalRunner, Lost, Outcome, Target
 from cddlm.application.enactment.reconcile import reconcile
 from cddlm.application.enactment.values import HostValues
@@ -202,7 +202,17 @@ class Engine:
     def values(self, app: repo.App, rows: dict[str, repo.Component], comp: repo.Component) -> HostValues:
         runner = self.runners.get(comp.host or "")
         workdir = (lambda p: runner.component_dir(app.id, p)) if runner else (lambda p: "")
-        return HostValues(app, self.tree(app), rows, comp.host or "", comp.path, workdir)
+        return HostValues(app, self.tree(app), rows, comp.host or "", comp.path, workdir,
+                          self._ports)
+
+    def _ports(self, host: str | None, pid: int, started: str | None) -> list[int]:
+        """The ports a process listens on: from /proc where it runs on this machine, else from
+        its host's runner if that can tell (SSH)."""
+        runner = self.runners.get(host or "")
+        if isinstance(runner, LocalRunner):
+            return procfs.listening_ports(pid) if procfs.alive(pid, started) else []
+        asks = getattr(runner, "ports", None)
+        return asks(pid, started) if asks is not None else []
 
     def _target(self, app: repo.App, rows: dict[str, repo.Component], comp: repo.Component,
                 lenient: bool = False) -> Target:
@@ -409,7 +419,10 @@ class Engine:
         items it enacts."""
         action = batch.action
         for runner, group in jobs.values():
-            if action == "deploy":
+            if action == "deploy" and hasattr(runner, "deploy_many"):
+                self._many(batch, runner.deploy_many, [(item, target) for item, target, _ in group],
+                           keep, report)
+            elif action == "deploy":
                 for item, target, _ in group:
                     self._one(batch, item, report, lambda: runner.deploy(target))
                     keep()
@@ -417,13 +430,30 @@ class Engine:
                 jobs_of = [(item, target, comp.pid, comp.pid_start) for item, target, comp in group]
                 many = getattr(runner, action + "_many", None)
                 if many is not None:
-                    many(jobs_of, keep, report)
+                    self._many(batch, many, jobs_of, keep, report)
                 else:          # a runner that does one at a time (another portal's)
                     for item, target, pid, pid_start in jobs_of:
                         self._one(batch, item, report, lambda: getattr(runner, action)(
                             target, pid, pid_start, keep))
             else:
                 report([(item, Outcome("failed", "unknown action %s" % action)) for item, _, _ in group])
+
+    def _many(self, batch: "_Batch", many: Callable, jobs: list[tuple], keep, report) -> None:
+        """A runner's batch call (``deploy_many``, ``start_many``, ``stop_many``). One that
+        cannot go on yet (``Later``: its host does not answer) has the items it did not
+        report asked again later, holding no worker meanwhile."""
+        reported: set[int] = set()
+
+        def seen(pairs: list) -> None:
+            reported.update(item.id for item, _ in pairs)
+            report(pairs)
+        try:
+            many(jobs, keep, seen)
+        except Later as e:
+            for item, *_ in jobs:
+                if item.id not in reported and item.id in batch.held:
+                    self._later(item, e.delay)
+                    batch.held.discard(item.id)
 
     def _one(self, batch: "_Batch", item: queue.Item, report, act: Callable[[], Outcome]) -> None:
         """One item's action. A runner that cannot finish it yet (``Later``: a remote host
@@ -681,11 +711,18 @@ class Engine:
             rows = conn.execute(query).all()
         watcher = self.watcher
         by_app: dict[str, set[str]] = {}
+        surveys: dict[str, list] = {}
         for app_id, path, kind, pid, on in rows:
             if kind == "process" and on not in down and (
                     on not in self.runners or (self._watchable(on) and watcher.watching(pid))):
                 continue
             by_app.setdefault(app_id, set()).add(path)
+            if kind == "process" and on not in down and hasattr(self.runners[on], "survey"):
+                surveys.setdefault(on, []).append((app_id, path, pid))
+        for on, procs in surveys.items():
+            # a runner of another machine's processes looks at all of them at once (one
+            # command per host per pass); the checks below read what it saw
+            self.runners[on].survey(procs)
         self._check_many(by_app)
 
     def _readopt(self) -> None:
