@@ -292,8 +292,8 @@ class SshRunner:
         with self._lock:
             seen = self._seen.pop(pid, None)
         if seen is None or time.monotonic() - seen[0] > SURVEY_TTL or \
-                (seen[2][:1] == ["up"] and started):
-            # not surveyed (or surveyed by pid only): ask about this one, by pid and start time
+                (seen[2][:1] == ["up"] and started and seen[2][1:2] != [started]):
+            # not surveyed (or its pid now names another process): ask about this one
             try:
                 words = self._batch(["lv 0 %d %s %s" % (pid, sh.q(started or "-"),
                                                         sh.q(self.component_dir(t.app_id, t.path)))]).get(0)

@@ -105,7 +105,8 @@ class Link:
         self._connecting: asyncio.Lock | None = None
         self._channels: asyncio.Semaphore | None = None
         self._channel_count = max(1, channels)
-        self.connects = 0           # connections made (a test counts them)
+        self.connects = 0           # connections made (tests count them)
+        self.commands = 0           # commands run
 
     # -- the connection (on the loop) -----------------------------------------------------------
     async def _connection(self) -> Any:
@@ -187,6 +188,7 @@ class Link:
     def run(self, script: str, timeout: float | None = None) -> Result:
         """Run a POSIX ``sh`` script on the host (sent on its standard input, so it may be
         long); ``Unreachable`` when the host does not answer within the deadline."""
+        self.commands += 1
         return self._call(lambda: self._run("sh -s", script.encode("utf-8")), timeout)
 
     def tcp(self, host: str, port: int, request: bytes | None = None,

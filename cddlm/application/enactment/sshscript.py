@@ -38,7 +38,7 @@ sp() { k=$1 d=$2 c=$3; shift 3; rm -f "$d/pid" "$d/status"
     || echo "$k fail setsid could not start it"; }
 wt() { n=0; while [ ! -s "$2/pid" ]; do n=$((n+1)); [ $n -gt 500 ] && { echo "$1 fail no pid file after 5 s"; return; }
   sleep 0.01; done; read p < "$2/pid"; if i=$(st "$p"); then echo "$1 run $p ${i% *}"; else echo "$1 run $p -"; fi; }
-lv() { if is "$2" "$3"; then echo "$1 up"; return; fi
+lv() { if is "$2" "$3"; then echo "$1 up ${i% *}"; return; fi
   [ -f "$4/status" ] || sleep 0.05; r=-; [ -f "$4/status" ] && read r < "$4/status"; echo "$1 end ${r:--}"; }
 sg() { if is "$2" "$3"; then g=${i#* }; kill -$4 -$g 2>/dev/null || kill -$4 $2 2>/dev/null; echo "$1 sent $g $2"
   else echo "$1 gone"; fi; }
