@@ -115,6 +115,7 @@ class Settings:
     ssh_timeout: float = 10.0                # seconds one command (or connection) on an SSH host may take
     ssh_keepalive: float = 2.0               # seconds between keepalives; 3 unanswered drop the connection
     ssh_channels: int = 10                   # commands at once over one host's connection (sshd's MaxSessions)
+    parallel_hosts: int = 16                 # other machines (SSH hosts) one batch enacts at once
     fence_seconds: float | None = None       # host side: terminate delegated parts not renewed
     # descriptors: where references and imports may be read from (application/loader.py)
     import_path: tuple[str, ...] = ()        # folders searched for classpath:/ imports (also readable)

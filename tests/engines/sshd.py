@@ -241,6 +241,10 @@ def main() -> int:
                                str(args.port), "--state-dir", str(state), "--datacenter",
                                str(hosts.datacenter), "--agent-credentials", str(hosts.credentials),
                                *rest])
+    def interrupted(*_):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, interrupted)       # (a background job inherits it ignored)
+    signal.signal(signal.SIGTERM, interrupted)
     try:
         portal.wait()
     except KeyboardInterrupt:

@@ -25,12 +25,14 @@ watcher does not cover (files, probes, processes it could not watch, hosts marke
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 import uuid
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from sqlalchemy import or_, select
@@ -416,29 +418,61 @@ class Engine:
 
     def _enact_on_hosts(self, batch: "_Batch", jobs: dict[int, tuple], keep, report) -> None:
         """``jobs``: per runner (a local host's, a host portal's, a delegate's portal's), the
-        items it enacts."""
-        action = batch.action
-        for runner, group in jobs.values():
-            if action == "deploy" and hasattr(runner, "deploy_many"):
-                self._many(batch, runner.deploy_many, [(item, target) for item, target, _ in group],
-                           keep, report)
-            elif action == "deploy":
-                for item, target, _ in group:
-                    self._one(batch, item, report, lambda: runner.deploy(target))
-                    keep()
-            elif action in ("start", "stop"):
-                jobs_of = [(item, target, comp.pid, comp.pid_start) for item, target, comp in group]
-                many = getattr(runner, action + "_many", None)
-                if many is not None:
-                    self._many(batch, many, jobs_of, keep, report)
-                else:          # a runner that does one at a time (another portal's)
-                    for item, target, pid, pid_start in jobs_of:
-                        self._one(batch, item, report, lambda: getattr(runner, action)(
-                            target, pid, pid_start, keep))
-            else:
-                report([(item, Outcome("failed", "unknown action %s" % action)) for item, _, _ in group])
+        items it enacts. Runners of other machines that say so (``parallel``: each waits on
+        its own host) are enacted side by side, up to ``Settings.parallel_hosts`` at once,
+        their reports and lease keeping taken in turn."""
+        groups = list(jobs.values())
+        apart = [g for g in groups if getattr(g[0], "parallel", False)]
+        if len(apart) < 2 or self.settings.parallel_hosts < 2:
+            for runner, group in groups:
+                self._enact_group(batch, runner, group, keep, report)
+            return
+        lock = threading.Lock()
 
-    def _many(self, batch: "_Batch", many: Callable, jobs: list[tuple], keep, report) -> None:
+        def in_turn(fn: Callable) -> Callable:
+            def call(*args):
+                with lock:
+                    return fn(*args)
+            return call
+        keep, report = in_turn(keep), in_turn(report)
+        with ThreadPoolExecutor(min(len(apart), self.settings.parallel_hosts),
+                                thread_name_prefix="cddlm-hosts") as pool:
+            futures = [pool.submit(self._enact_group, batch, runner, group, keep, report, lock)
+                       for runner, group in apart]
+            try:
+                for runner, group in groups:
+                    if not getattr(runner, "parallel", False):
+                        self._enact_group(batch, runner, group, keep, report, lock)
+            finally:
+                errors = [e for e in (f.exception() for f in futures) if e is not None]
+        if errors:
+            raise errors[0]
+
+    def _enact_group(self, batch: "_Batch", runner, group: list, keep, report,
+                     lock: threading.Lock | None = None) -> None:
+        """One runner's items of a batch."""
+        action = batch.action
+        if action == "deploy" and hasattr(runner, "deploy_many"):
+            self._many(batch, runner.deploy_many, [(item, target) for item, target, _ in group],
+                       keep, report, lock)
+        elif action == "deploy":
+            for item, target, _ in group:
+                self._one(batch, item, report, lambda: runner.deploy(target))
+                keep()
+        elif action in ("start", "stop"):
+            jobs_of = [(item, target, comp.pid, comp.pid_start) for item, target, comp in group]
+            many = getattr(runner, action + "_many", None)
+            if many is not None:
+                self._many(batch, many, jobs_of, keep, report, lock)
+            else:          # a runner that does one at a time (another portal's)
+                for item, target, pid, pid_start in jobs_of:
+                    self._one(batch, item, report, lambda: getattr(runner, action)(
+                        target, pid, pid_start, keep))
+        else:
+            report([(item, Outcome("failed", "unknown action %s" % action)) for item, _, _ in group])
+
+    def _many(self, batch: "_Batch", many: Callable, jobs: list[tuple], keep, report,
+              lock: threading.Lock | None = None) -> None:
         """A runner's batch call (``deploy_many``, ``start_many``, ``stop_many``). One that
         cannot go on yet (``Later``: its host does not answer) has the items it did not
         report asked again later, holding no worker meanwhile."""
@@ -450,10 +484,11 @@ class Engine:
         try:
             many(jobs, keep, seen)
         except Later as e:
-            for item, *_ in jobs:
-                if item.id not in reported and item.id in batch.held:
-                    self._later(item, e.delay)
-                    batch.held.discard(item.id)
+            with lock or contextlib.nullcontext():
+                for item, *_ in jobs:
+                    if item.id not in reported and item.id in batch.held:
+                        self._later(item, e.delay)
+                        batch.held.discard(item.id)
 
     def _one(self, batch: "_Batch", item: queue.Item, report, act: Callable[[], Outcome]) -> None:
         """One item's action. A runner that cannot finish it yet (``Later``: a remote host

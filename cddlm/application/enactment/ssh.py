@@ -41,10 +41,13 @@ log = logging.getLogger(__name__)
 
 DOWN_PREFIX = "unreachable"     # the host monitor's reason (remote.DOWN_PREFIX)
 SURVEY_TTL = 1.0                # seconds a survey answers for a process's liveness
+FILE_KEYS = 1 << 20             # script keys of a deploy's file writes (beside their directories)
+EXE_KEYS = 1 << 21              # ... and of its executables' look-ups (one per executable)
 
 
 class SshRunner:
     remote = False          # the engine resolves attributes here and sends them
+    parallel = True         # a batch's hosts are enacted side by side (each waits on its own)
     monitored = True        # the host monitor decides when silence is a failure
 
     def __init__(self, host: Host, store: Store, settings: Settings, loop: Loop,
@@ -133,59 +136,68 @@ class SshRunner:
         return _one(lambda report: self.deploy_many([(None, t)], None, report))
 
     def deploy_many(self, jobs: Iterable[tuple[Any, Target]], keep_lease, report: Report) -> None:
-        """Directories, executables looked up and files written: one command for the batch."""
+        """Directories made (one ``mkdir`` for all), executables looked up (each once) and
+        files written: one command for the batch."""
         jobs = list(jobs)
         self._reachable()
-        lines, done = [], []
+        dirs: list[str] = []
+        exes: dict[tuple[str, str | None], int] = {}     # (executable, PATH) -> its key
+        files: list[str] = []
+        failed: dict[int, Outcome] = {}
+        needs: dict[int, int] = {}                       # job -> the key of its executable
         for n, (key, t) in enumerate(jobs):
             workdir = self.component_dir(t.app_id, t.path)
-            runtime = {"workdir": workdir, "host": self.host.name}
+            dirs.append(workdir)
+            problem = None
             if t.type == "process":
-                exe = str(t.attributes["argv"][0])
                 try:
-                    cwd = self._cwd(t)
-                    env = self._env(t)
+                    cwd, env = self._cwd(t), self._env(t)
                     sh.env_exports(env)
                 except (Escape, ValueError) as e:
-                    done.append((key, Outcome("failed", str(e), runtime=runtime)))
-                    continue
-                if "/" in exe and not exe.startswith("/"):
-                    exe = posixpath.normpath(posixpath.join(cwd, exe))
-                path = env.get("PATH")
-                lines.append("%sdp %d %s %s%s" % ("(PATH=%s; " % sh.q(path) if path else "", n,
-                                                  sh.q(workdir), sh.q(exe), ")" if path else ""))
+                    problem = str(e)
+                else:
+                    exe = str(t.attributes["argv"][0])
+                    if "/" in exe and not exe.startswith("/"):
+                        exe = posixpath.normpath(posixpath.join(cwd, exe))
+                    needs[n] = exes.setdefault((exe, env.get("PATH")), EXE_KEYS + len(exes))
             elif t.type == "file":
-                full = self._file(t)
-                if full is None:
-                    done.append((key, Outcome("failed", "file path %r must stay inside the application "
-                                                        "directory" % t.attributes["path"], runtime=runtime)))
-                    continue
-                content = str(t.attributes.get("content") or "")
-                if t.attributes.get("substitute", True):
-                    content = _substitute(content, t.values)
-                try:
-                    mode = "%o" % (int(str(t.attributes.get("mode") or "0644"), 8) & 0o7777)
-                except ValueError:
-                    done.append((key, Outcome("failed", "mode %r is not an octal number"
-                                              % t.attributes.get("mode"))))
-                    continue
-                if "\0" in content:
-                    done.append((key, Outcome("failed", "a file's content cannot hold NUL over SSH")))
-                    continue
-                lines.append("dp %d %s '' && fw %d %s %s %s" % (n, sh.q(workdir), n, sh.q(full),
-                                                               mode, sh.q(content)))
-            else:
-                lines.append("dp %d %s ''" % (n, sh.q(workdir)))
-        if done:
-            report(done)
-        if not lines:
-            return
-        answers = self._batch(lines)
+                problem = self._file_line(n, t, files)
+            if problem is not None:
+                failed[n] = Outcome("failed", problem, runtime={"workdir": workdir, "host": self.host.name})
+        lines = ["umask 077", "mkdir -p %s 2>/dev/null" % " ".join(sh.q(d) for d in dirs)]
+        lines += ["dk %d %s" % (n, sh.q(d)) for n, d in enumerate(dirs)]
+        lines += ["%sex %d %s%s" % ("(PATH=%s; " % sh.q(path) if path else "", k, sh.q(exe),
+                                    ")" if path else "") for (exe, path), k in exes.items()]
+        answers = self._batch(lines + files)
         out = []
         for n, (key, t) in enumerate(jobs):
-            if not any(k is key for k, _ in done):
-                out.append((key, self._deployed(t, answers.get(n))))
+            words = answers.get(n)
+            if n in failed:
+                out.append((key, failed[n]))
+            elif words and words[0] == "ok" and n in needs:
+                out.append((key, self._deployed(t, answers.get(needs[n]))))
+            elif words and words[0] == "ok" and t.type == "file":
+                out.append((key, self._deployed(t, answers.get(FILE_KEYS + n))))
+            else:
+                out.append((key, self._deployed(t, words)))
         report(out)
+
+    def _file_line(self, n: int, t: Target, lines: list[str]) -> str | None:
+        """The line writing a ``file`` component (added to ``lines``), or why it cannot be."""
+        full = self._file(t)
+        if full is None:
+            return "file path %r must stay inside the application directory" % t.attributes["path"]
+        content = str(t.attributes.get("content") or "")
+        if t.attributes.get("substitute", True):
+            content = _substitute(content, t.values)
+        try:
+            mode = "%o" % (int(str(t.attributes.get("mode") or "0644"), 8) & 0o7777)
+        except ValueError:
+            return "mode %r is not an octal number" % t.attributes.get("mode")
+        if "\0" in content:
+            return "a file's content cannot hold NUL over SSH"
+        lines.append("fw %d %s %s %s" % (FILE_KEYS + n, sh.q(full), mode, sh.q(content)))
+        return None
 
     def _deployed(self, t: Target, words: list[str] | None) -> Outcome:
         runtime = {"workdir": self.component_dir(t.app_id, t.path), "host": self.host.name}

@@ -25,22 +25,22 @@ from typing import Iterable
 CHUNK = 64 * 1024       # bytes of a log read in one look
 
 PRELUDE = r"""
-st() { s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1; s=${s##*) }; set -- $s
-  case $1 in Z|X|x) return 1;; esac; echo "${20} $3"; }
-is() { i=$(st "$1") && { [ "$2" = - ] || [ "${i% *}" = "$2" ]; }; }
+st() { s=; read -r s 2>/dev/null < "/proc/$1/stat"; s=${s##*) }; set -- $s
+  case $1 in Z|X|x|'') return 1;; esac; S=${20} G=$3; }
+is() { st "$1" && { [ "$2" = - ] || [ "$S" = "$2" ]; }; }
 ours() { tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | grep -qxF "CDDLM_COMPONENT=$2"; }
 W='trap : HUP INT QUIT TERM USR1 USR2 ALRM; sh -c '\''echo $$ > "$0/pid" && exec "$@"'\'' "$0" "$@"; echo $? > "$0/status"'
-ad() { [ -s "$2/pid" ] || return 1; read p < "$2/pid" || return 1; i=$(st "$p") || return 1
-  ours "$p" "$3" || return 1; echo "$1 run $p ${i% *}"; }
-sp() { k=$1 d=$2 c=$3; shift 3; rm -f "$d/pid" "$d/status"
+ad() { [ -s "$2/pid" ] || return 1; read p < "$2/pid" || return 1; st "$p" || return 1
+  ours "$p" "$3" || return 1; echo "$1 run $p $S"; }
+sp() { k=$1 d=$2 c=$3; shift 3; { : > "$d/pid" && : > "$d/status"; } 2>/dev/null || { echo "$k fail cannot write in $d"; return; }
   cd "$c" 2>/dev/null || { echo "$k fail cannot enter its directory $c"; return; }
   setsid -f sh -c "$W" "$d" "$@" </dev/null >>"$d/stdout.log" 2>>"$d/stderr.log" \
     || echo "$k fail setsid could not start it"; }
 wt() { n=0; while [ ! -s "$2/pid" ]; do n=$((n+1)); [ $n -gt 500 ] && { echo "$1 fail no pid file after 5 s"; return; }
-  sleep 0.01; done; read p < "$2/pid"; if i=$(st "$p"); then echo "$1 run $p ${i% *}"; else echo "$1 run $p -"; fi; }
-lv() { if is "$2" "$3"; then echo "$1 up ${i% *}"; return; fi
-  [ -f "$4/status" ] || sleep 0.05; r=-; [ -f "$4/status" ] && read r < "$4/status"; echo "$1 end ${r:--}"; }
-sg() { if is "$2" "$3"; then g=${i#* }; kill -$4 -$g 2>/dev/null || kill -$4 $2 2>/dev/null; echo "$1 sent $g $2"
+  sleep 0.01; done; read p < "$2/pid"; if st "$p"; then echo "$1 run $p $S"; else echo "$1 run $p -"; fi; }
+lv() { if is "$2" "$3"; then echo "$1 up $S"; return; fi
+  [ -s "$4/status" ] || sleep 0.05; r=-; [ -s "$4/status" ] && read r < "$4/status"; echo "$1 end ${r:--}"; }
+sg() { if is "$2" "$3"; then kill -$4 -$G 2>/dev/null || kill -$4 $2 2>/dev/null; echo "$1 sent $G $2"
   else echo "$1 gone"; fi; }
 so() { p=$2 t=$3; if [ "$p" = - ] && [ -s "$5/pid" ]; then read p < "$5/pid"; t=-; ours "$p" "$6" || p=-; fi
   if [ "$p" = - ]; then echo "$1 gone"; else sg "$1" "$p" "$t" "$4"; fi; }
@@ -50,11 +50,10 @@ lg() { f=$3; if [ ! -f "$f" ] || [ -h "$f" ]; then echo "$1 log $2 0 0"; echo; r
   if [ "$o" = - ]; then o=$((z > $5 ? z - $5 : 0)); elif [ "$o" -gt "$z" ]; then o=0; fi
   n=$((z - o)); [ $n -gt $5 ] && n=$5; echo "$1 log $2 $o $n"
   [ $n -gt 0 ] && tail -c +$((o + 1)) "$f" | head -c $n; echo; }
-dp() { (umask 077; mkdir -p "$2") 2>/dev/null || { echo "$1 fail cannot create $2"; return; }
-  case $3 in
-    '') echo "$1 ok";;
-    /*) if [ -f "$3" ] && [ -x "$3" ]; then echo "$1 ok $3"; else echo "$1 missing"; fi;;
-    *) x=$(command -v "$3" 2>/dev/null); if [ -n "$x" ]; then echo "$1 ok $x"; else echo "$1 missing"; fi;;
+dk() { if [ -d "$2" ]; then echo "$1 ok"; else echo "$1 fail cannot create $2"; fi; }
+ex() { case $2 in
+    /*) if [ -f "$2" ] && [ -x "$2" ]; then echo "$1 ok $2"; else echo "$1 missing"; fi;;
+    *) x=$(command -v "$2" 2>/dev/null); if [ -n "$x" ]; then echo "$1 ok $x"; else echo "$1 missing"; fi;;
   esac; }
 fw() { mkdir -p "${2%/*}" 2>/dev/null && rm -f "$2" && printf '%s' "$4" > "$2.$$" && chmod "$3" "$2.$$" \
     && mv -f "$2.$$" "$2" && echo "$1 ok" || { rm -f "$2.$$"; echo "$1 fail cannot write $2"; }; }
