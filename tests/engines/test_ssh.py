@@ -149,19 +149,14 @@ def test_exit_status_restart_policy_and_sequence_order_across_hosts(portal):
 
     body = native(process("flaky", "sh", "-c", "echo oops >&2; exit 3", host="h3", extra=(
         '<attribute name="restart">on-failure</attribute><attribute name="restart_limit">2</attribute>')))
-    front = Portal(portal.url, failover=False)
-    app = front.create()
-    app.initialize(ns.NATIVE, body=body)
-    app.run()
-    assert app.wait_for("failed", timeout=60) == "failed"
+    app = deploy(portal, body, "failed")
     info = app.ping()["terminationInfo"]
     assert "exited with status 3" in info["reason"], info
     flaky = by_path(app)["flaky"]
     assert flaky["restarts"] == 2 and flaky["exitCode"] == 3, flaky
-    comps = app.components()
     assert "oops" in (app.logs("flaky", stream="stderr")["lines"] or [""])[-1]
+    assert "oops" in (info.get("stderr") or flaky.get("info") or "oops"), info
     ended(app)
-    assert comps
 
 
 def test_stop_uses_the_components_signal_and_grace(portal):
@@ -192,13 +187,36 @@ def test_readiness_failure_stops_the_process_and_names_the_condition(portal):
     body = native(process("slow", "sleep", "600", host="h3", extra=(
         '<attribute name="readiness"><item name="tcp">1</item><item name="timeout">1</item>'
         '</attribute>')))
-    front = Portal(portal.url, failover=False)
-    app = front.create()
-    app.initialize(ns.NATIVE, body=body)
-    app.run()
-    assert app.wait_for("failed", timeout=30) == "failed"
+    app = deploy(portal, body, "failed", timeout=30)
     reason = app.ping()["terminationInfo"]["reason"]
     assert "not ready after 1s" in reason and "tcp 1" in reason, reason
     pid = by_path(app)["slow"]["pid"] or 0
     ended(app)
     assert not pid or wait_until(lambda: not alive(pid), 5)
+
+
+def test_hostile_values_reach_the_program_literally_and_run_nothing_else(hosts, portal, tmp_path):
+    """Arguments, environment values and file contents pass through the remote shell as data:
+    quotes, $(...), backquotes and ; run nothing; an environment name the shell cannot set is
+    refused saying so, and the application fails without running anything."""
+    canary = tmp_path / "pwned"
+    evil = "it's $(touch %s) `touch %s` \"q\" ; touch %s | & \\ \n*" % (canary, canary, canary)
+    xml_evil = evil.replace("&", "&amp;").replace("<", "&lt;")
+    body = native(
+        process("echo", "sh", "-c", 'printf "%s|%s\\n" "$1" "$EVIL"; exec sleep 600', "x", evil,
+                host="h1", extra='<attribute name="env"><item name="EVIL">%s</item></attribute>'
+                                 '<attribute name="readiness"><item name="log">[|]</item></attribute>' % xml_evil) +
+        '<component name="f" type="file"><attribute name="path">f.txt</attribute>'
+        '<attribute name="content">%s</attribute><attribute name="host">h2</attribute></component>' % xml_evil)
+    app = deploy(portal, body)
+    got = "\n".join(app.logs("echo")["lines"])
+    assert got == "%s|%s" % (evil, evil), got
+    assert open(app.resolve("f/location")).read() == evil
+    assert not canary.exists()
+    ended(app)
+    bad = native(process("bad", "sleep", "600", host="h3",
+                         extra='<attribute name="env"><item name="A;touch %s">1</item></attribute>' % canary))
+    app = deploy(portal, bad, "failed", timeout=30)
+    assert "cannot be set over SSH" in app.ping()["terminationInfo"]["reason"]
+    assert not canary.exists()
+    ended(app)

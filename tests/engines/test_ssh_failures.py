@@ -31,12 +31,12 @@ def hosts():
 
 
 def start_portal(hosts: SshHosts, state: Path, credentials: Path | None = None,
-                 port: int = 0) -> LivePortal:
+                 port: int = 0, extra: tuple[str, ...] = ()) -> LivePortal:
     state.mkdir(parents=True, exist_ok=True)
     return LivePortal(state, port=port, extra=["--datacenter", str(hosts.datacenter), "--agent-credentials",
                                     str(credentials or hosts.credentials), "--agent-lease", str(LEASE),
                                     "--liveness-interval", "0.5", "--ssh-keepalive", "0.5",
-                                    "--ssh-timeout", "2"]).start()
+                                    "--ssh-timeout", "2", *extra]).start()
 
 
 @pytest.fixture
@@ -209,5 +209,22 @@ def test_a_host_whose_key_is_not_known_is_refused_saying_so(hosts, tmp_path, cas
         assert "host's key %s" % word in said and str(known) in said, said[-2000:]
         assert app.wait_for("failed", timeout=30) == "failed"
         assert processes_of(app.id, programs=False) == []
+    finally:
+        lp.stop()
+
+
+def test_logs_past_the_cap_are_rotated_on_the_host(hosts, tmp_path):
+    lp = start_portal(hosts, tmp_path / "state", extra=("--max-log-bytes", "10000"))
+    try:
+        app = deploy(lp, native(process(
+            "chatty", "sh", "-c", "i=0; while [ $i -lt 3000 ]; do echo line $i; i=$((i+1)); done; "
+            "echo done; exec sleep 600", host="h1",
+            extra='<attribute name="readiness"><item name="log">^done$</item></attribute>')))
+        log = Path(app.resolve("chatty/workdir")) / "stdout.log"
+        assert wait_until(lambda: log.with_suffix(".log.1").exists() and log.stat().st_size <= 10000, 10)
+        kept = log.with_suffix(".log.1").read_bytes()
+        assert len(kept) == 10000 and kept.endswith(b"line 2999\ndone\n")
+        app.terminate("over")
+        assert app.wait_for("terminated", timeout=30) == "terminated"
     finally:
         lp.stop()

@@ -24,13 +24,13 @@ import os
 import posixpath
 import threading
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from cddlm.application import repository as repo
 from cddlm.application.enactment import sshscript as sh
 from cddlm.application.enactment.confine import Escape, inside
 from cddlm.application.enactment.local import (STDERR_TAIL_LINES, Later, Outcome, Report, Target,
-                                               _substitute)
+                                               _one, _substitute, log_lines)
 from cddlm.application.enactment.sshlink import Link, Loop, Unreachable, parse_agent
 from cddlm.application.hosts import Host
 from cddlm.application.store import Store
@@ -284,6 +284,9 @@ class SshRunner:
             return
         lines = ["lv %d %d - %s" % (n, pid, sh.q(self.component_dir(app_id, path)))
                  for n, (app_id, path, pid) in enumerate(procs)]
+        if self._root is not None:      # and the logs past the cap rotated, as locally
+            lines.append("cap %s %d" % (sh.q(posixpath.join(self._root, "apps")),
+                                        self.settings.limits.max_log_bytes))
         try:
             answers = self._batch(lines)
         except Unreachable:
@@ -412,14 +415,7 @@ class SshRunner:
         found = sh.parse_logs(got.stdout)[0].get((0, "x"))
         if found is None:
             return [], offset or 0
-        start, data = found
-        if offset is not None:
-            cut = data.rfind(b"\n") + 1 or (len(data) if len(data) >= max_bytes else 0)
-            return data[:cut].decode("utf-8", "replace").splitlines(), start + cut
-        text = data.decode("utf-8", "replace").splitlines()
-        if start > 0 and text:
-            text = text[1:]
-        return (text[-lines:] if lines > 0 else []), start + len(data)
+        return log_lines(found[1], found[0], offset, lines, max_bytes)
 
     def ports(self, pid: int, started: str | None = None) -> list[int]:
         """The TCP ports process ``pid`` listens on there (empty when unknown)."""
@@ -433,9 +429,4 @@ class SshRunner:
             return {}
         return {pid: sh.ports(answers.get(n) or []) for n, pid in enumerate(pids)}
 
-
-def _one(run: Callable[[Report], None]) -> Outcome:
-    got: list = []
-    run(got.extend)
-    return got[0][1]
 

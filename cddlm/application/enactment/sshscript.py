@@ -50,6 +50,8 @@ lg() { f=$3; if [ ! -f "$f" ] || [ -h "$f" ]; then echo "$1 log $2 0 0"; echo; r
   if [ "$o" = - ]; then o=$((z > $5 ? z - $5 : 0)); elif [ "$o" -gt "$z" ]; then o=0; fi
   n=$((z - o)); [ $n -gt $5 ] && n=$5; echo "$1 log $2 $o $n"
   [ $n -gt 0 ] && tail -c +$((o + 1)) "$f" | head -c $n; echo; }
+cap() { find "$1" -type f -name '*.log' -size +"$2"c 2>/dev/null | while read -r f; do
+    tail -c "$2" "$f" > "$f.1" && : > "$f"; done; }
 dk() { if [ -d "$2" ]; then echo "$1 ok"; else echo "$1 fail cannot create $2"; fi; }
 ex() { case $2 in
     /*) if [ -f "$2" ] && [ -x "$2" ]; then echo "$1 ok $2"; else echo "$1 missing"; fi;;
