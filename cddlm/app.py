@@ -55,6 +55,7 @@ logging.getLogger("spyne.application.client").setLevel(logging.CRITICAL)
 logging.getLogger("spyne.application.server").setLevel(logging.CRITICAL)
 logging.getLogger("spyne.application").setLevel(logging.CRITICAL)   # faults are not errors (Busy)
 logging.getLogger("spyne.util.appreg").setLevel(logging.ERROR)
+logging.getLogger("asyncssh").setLevel(logging.WARNING)    # (it logs every SSH channel at info)
 
 
 def load_hosts(settings: Settings) -> Hosts:

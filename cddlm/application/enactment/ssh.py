@@ -110,6 +110,17 @@ class SshRunner:
         got = self.link.run(sh.script(lines))
         return sh.parse_lines(got.stdout)
 
+    def _first(self, lines: list[str]) -> dict[int, list[str]]:
+        """The first command of a batch: a host that does not answer it is asked again
+        later (``Later``), holding no worker, however long it takes. One known to be silent
+        is not tried: the host monitor's probe finds out when it answers again."""
+        if self.link.silent():
+            raise Later(1.0, "host %s does not answer" % self.host.name)
+        try:
+            return self._batch(lines)
+        except Unreachable as e:
+            raise Later(1.0, str(e)) from None
+
     def _file(self, t: Target) -> str | None:
         try:
             names = inside(self.app_dir(t.app_id), str(t.attributes["path"]))
@@ -168,7 +179,7 @@ class SshRunner:
         lines += ["dk %d %s" % (n, sh.q(d)) for n, d in enumerate(dirs)]
         lines += ["%sex %d %s%s" % ("(PATH=%s; " % sh.q(path) if path else "", k, sh.q(exe),
                                     ")" if path else "") for (exe, path), k in exes.items()]
-        answers = self._batch(lines + files)
+        answers = self._first(lines + files)
         out = []
         for n, (key, t) in enumerate(jobs):
             words = answers.get(n)
@@ -251,7 +262,7 @@ class SshRunner:
                 now_known.append((key, Outcome("running")))
         if now_known:
             report(now_known)
-        answers = self._batch(["P="] + spawns + collects) if spawns else {}
+        answers = self._first(["P="] + spawns + collects) if spawns else {}
         started = []
         for n, (key, t, _pid, _start) in enumerate(jobs):
             words = answers.get(n) if t.type == "process" else None
@@ -363,13 +374,13 @@ class SshRunner:
         jobs = list(jobs)
         try:
             self._reachable()
+            Stops(self, keep_lease, report).run(jobs)
         except Later:
             if self._abandoned():
                 report([(key, Outcome("stopped", "host %s is marked down: its part was abandoned"
                                       % self.host.name)) for key, *_ in jobs])
                 return
             raise
-        Stops(self, keep_lease, report).run(jobs)
 
     def _abandoned(self) -> bool:
         """Whether an operator (not the host monitor) marked this host down."""

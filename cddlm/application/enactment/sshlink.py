@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
+import time
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
@@ -107,6 +108,7 @@ class Link:
         self._channel_count = max(1, channels)
         self.connects = 0           # connections made (tests count them)
         self.commands = 0           # commands run
+        self.silent_since: float | None = None     # since when calls fail (None: they work)
 
     # -- the connection (on the loop) -----------------------------------------------------------
     async def _connection(self) -> Any:
@@ -203,14 +205,21 @@ class Link:
         if got.status != 0:
             raise Unreachable("%s: a command failed: %s" % (self.endpoint, got.stderr[-200:]))
 
+    def silent(self) -> bool:
+        """Whether the last call failed (the host monitor's probe finds out when it answers)."""
+        return self.silent_since is not None
+
     def _call(self, make: Callable[[], Awaitable], timeout: float | None) -> Any:
         try:
-            return self.loop.call(make(), timeout or self.timeout)
+            out = self.loop.call(make(), timeout or self.timeout)
         except Unreachable as e:
+            self.silent_since = self.silent_since or time.monotonic()
             if not isinstance(e, HostRefused) and "no answer within" in str(e):
                 self.drop()     # a half-dead connection is made anew at the next call
                 raise Unreachable("%s: %s" % (self.endpoint, e)) from None
             raise
+        self.silent_since = None
+        return out
 
     def drop(self) -> None:
         conn, self._conn = self._conn, None

@@ -289,11 +289,9 @@ class Stops:
                 lines.append("rm -f %s; echo %d gone" % (sh.q(r._file(t)), n))
             else:
                 now_known.append((key, Outcome("stopped")))
+        answers = r._first(lines) if lines else {}     # (Later: nothing reported yet)
         if now_known:
             self.report(now_known)
-        if not lines:
-            return
-        answers = r._batch(lines)
         waits, done = [], []
         now = time.monotonic()
         for n, (key, t, pid, started) in enumerate(jobs):
