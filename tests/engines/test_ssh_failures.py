@@ -121,8 +121,9 @@ def test_a_start_repeated_after_a_crash_adopts_instead_of_starting_twice(hosts, 
         portal.stop()
 
 
-def test_the_liveness_pass_asks_each_host_once(hosts, tmp_path):
-    """Eight processes on two hosts: one liveness pass is one command per host."""
+def test_the_liveness_pass_asks_each_host_once_over_its_one_connection(hosts, tmp_path):
+    """Eight processes on two hosts: one liveness pass is one command per host, and every
+    command is a channel of the host's one connection."""
     from cddlm.application.service import DescriptorInput
     portal = make_portal(tmp_path, datacenter_file=str(hosts.datacenter),
                          agent_credentials_file=str(hosts.credentials), liveness_interval=3600)
@@ -139,6 +140,8 @@ def test_the_liveness_pass_asks_each_host_once(hosts, tmp_path):
         before = [link.commands for link in links]
         portal.engine.check_all()
         assert [link.commands - b for link, b in zip(links, before)] == [1, 1]
+        # every command so far (deploy, start, surveys) went over one connection per host
+        assert [link.connects for link in links] == [1, 1] and min(before) >= 2
         assert service.get(app.id).state == "running"
         service.terminate(app.id, "over")
         assert wait_until(lambda: service.get(app.id).state == "terminated", 30)

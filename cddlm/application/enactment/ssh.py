@@ -87,8 +87,8 @@ class SshRunner:
     def root(self) -> str:
         """The host's directory, absolute (asked of the host once)."""
         if self._root is None:
-            got = self._run("mkdir -p %s && cd %s && pwd" % (sh.q(self._root_setting),
-                                                               sh.q(self._root_setting)), raw=True)
+            got = self.link.run("mkdir -p %s && cd %s && pwd" % (sh.q(self._root_setting),
+                                                                   sh.q(self._root_setting)))
             path = got.stdout.decode("utf-8", "replace").strip()
             if got.status != 0 or not path.startswith("/"):
                 raise Unreachable("cannot make the directory %s on host %s: %s" % (
@@ -102,9 +102,6 @@ class SshRunner:
 
     def component_dir(self, app_id: str, path: str) -> str:
         return posixpath.join(self.app_dir(app_id), *path.split("/"))
-
-    def _run(self, text: str, raw: bool = False):
-        return self.link.run(text if raw else sh.script([text] if isinstance(text, str) else text))
 
     def _batch(self, lines: list[str]) -> dict[int, list[str]]:
         got = self.link.run(sh.script(lines))
@@ -399,7 +396,7 @@ class SshRunner:
     def remove_app(self, app_id: str) -> None:
         try:
             self.root()
-            self._run("rm -rf %s" % sh.q(self.app_dir(app_id)), raw=True)
+            self.link.run("rm -rf %s" % sh.q(self.app_dir(app_id)))
         except Unreachable as e:
             log.warning("host %s: the files of %s stay (%s)", self.host.name, app_id, e)
 
