@@ -232,3 +232,21 @@ def test_logs_past_the_cap_are_rotated_on_the_host(hosts, tmp_path):
         assert app.wait_for("terminated", timeout=30) == "terminated"
     finally:
         lp.stop()
+
+
+def test_a_host_an_operator_marked_down_that_does_not_answer_is_given_up_at_terminate(hosts, portal):
+    app = deploy(portal, two_sleepers())
+    pid = by_path(app)["b"]["pid"]
+    h2 = hosts.cluster.hosts[1]
+    h2.partition()
+    try:
+        Portal(portal.url, failover=False).set_host_state("h2", True, "maintenance")
+        assert app.wait_for("failed", timeout=30) == "failed"
+        app.terminate("over")
+        assert app.wait_for("terminated", timeout=30) == "terminated"
+        assert "abandoned" in (by_path(app)["b"]["info"] or ""), by_path(app)["b"]
+        assert alive(pid), "nothing could reach it"
+    finally:
+        h2.heal()
+        Portal(portal.url, failover=False).set_host_state("h2", False)
+        os.killpg(os.getpgid(pid), signal.SIGKILL)      # the operator's to clean up

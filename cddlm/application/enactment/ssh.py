@@ -369,13 +369,19 @@ class SshRunner:
         for in rounds, each for its grace period before KILL."""
         from cddlm.application.enactment.sshwait import Stops
         jobs = list(jobs)
+        reported: list = []
+
+        def seen(pairs: list) -> None:
+            reported.extend(key for key, _ in pairs)
+            report(pairs)
         try:
             self._reachable()
-            Stops(self, keep_lease, report).run(jobs)
+            Stops(self, keep_lease, seen).run(jobs)
         except Later:
             if self._abandoned():
                 report([(key, Outcome("stopped", "host %s is marked down: its part was abandoned"
-                                      % self.host.name)) for key, *_ in jobs])
+                                      % self.host.name)) for key, *_ in jobs
+                        if not any(key is k for k in reported)])
                 return
             raise
 

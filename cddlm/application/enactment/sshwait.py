@@ -18,7 +18,7 @@ from typing import Any
 from cddlm import netsafe
 from cddlm.application.enactment import sshscript as sh
 from cddlm.application.enactment.confine import Escape, inside
-from cddlm.application.enactment.local import Outcome, Report
+from cddlm.application.enactment.local import Later, Outcome, Report
 from cddlm.application.enactment.sshlink import Unreachable
 from cddlm.budget import PatternError, user_regex
 
@@ -325,12 +325,17 @@ class Stops:
                     w["killed"], w["deadline"] = True, now + KILL_WAIT
                 lines.append("lv %d %d %s %s" % (w["n"], w["pid"], sh.q(w["start"] or "-"), sh.q(w["dir"])))
             try:
-                answers = self.runner._batch(lines)
-            except Unreachable:
-                answers = {}
+                answers, silent = self.runner._batch(lines), None
+            except Unreachable as e:
+                answers, silent = {}, e
             done, left, leftovers = [], [], []
             for w in waits:
                 gone = self.runner.liveness(answers.get(w["n"]))
+                if gone is None and w["killed"] and now >= w["deadline"] and silent is not None:
+                    # nothing is known of them: their stops are asked again once it answers
+                    if done:
+                        self.report(done)
+                    raise Later(1.0, "host %s stopped answering: %s" % (self.runner.host.name, silent))
                 if gone is not None or (w["killed"] and now >= w["deadline"]):
                     out = Outcome("stopped", pid=w["pid"], pid_start=w["start"])
                     if gone is not None:
