@@ -29,7 +29,7 @@ FAULT_HINTS = {
     "PlacementFault": "`cddlm host ls` shows the hosts and their free capacity",
     "DescriptorFault": "`cddlm lang resolve FILE` checks a descriptor without a portal",
     "ResolutionFault": "`cddlm lang resolve FILE` checks a descriptor without a portal",
-    "UnsupportedLanguageFault": "`--language URI`: the README lists the languages",
+    "UnsupportedLanguageFault": "`--language URI`: docs/languages.md lists the languages",
 }
 
 

@@ -14,7 +14,7 @@ from cddlm.config import DEFAULT_PORTAL, Limits
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 ID_PREFIX = re.compile(r"^[0-9a-f][0-9a-f-]{3,}$", re.I)     # at least 4 characters, as git
 
-# exit codes (README "Commands"; CONTRACT section 9)
+# exit codes (docs/cli.md "Exit codes"; CONTRACT section 9)
 OK, FAILED, USAGE, UNREACHABLE, TIMEOUT, INTERRUPTED, BROKEN_PIPE = 0, 1, 2, 3, 4, 130, 141
 
 

@@ -17,14 +17,34 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 log = logging.getLogger("cddlm.portal")
 
 
-def setup_logging(state_dir: str, level: str) -> str:
-    """The portal's log: ``STATE/portal.log`` (at info, or debug when asked) and stderr at
-    ``level``. Returns the file's path."""
+def private_log(path: str, max_bytes: int = LOG_BYTES, keep: int = LOG_KEEP) -> logging.Handler:
+    """A rotating log file only its owner may read (0600, however old its files, and after every
+    rotation): it names every tenant's applications and actions, and components running as
+    other accounts may pass through the state directory (``--run-as``: 0711)."""
     from logging.handlers import RotatingFileHandler
+
+    class PrivateLog(RotatingFileHandler):
+        def _open(self):
+            fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            os.fchmod(fd, 0o600)          # a file of an older portal, made with the umask's mode
+            return open(fd, self.mode, encoding=self.encoding, errors=self.errors)
+
+    for n in range(1, keep + 1):           # the old files, rotated by an older portal
+        try:
+            os.chmod("%s.%d" % (path, n), 0o600, follow_symlinks=False)
+        except (OSError, NotImplementedError):    # none there (or a link: left alone)
+            pass
+    return PrivateLog(path, maxBytes=max_bytes, backupCount=keep, encoding="utf-8")
+
+
+def setup_logging(state_dir: str, level: str) -> str:
+    """The portal's log: ``STATE/portal.log`` (at info, or debug when asked; its owner's
+    only) and stderr at ``level``. Returns the file's path."""
     wanted = getattr(logging, level.upper())
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     path = os.path.abspath(os.path.join(state_dir, LOG_FILE))
-    to_file = RotatingFileHandler(path, maxBytes=LOG_BYTES, backupCount=LOG_KEEP, encoding="utf-8")
+    to_file = private_log(path)
     to_file.setLevel(min(wanted, logging.INFO))
     to_stderr = logging.StreamHandler(sys.stderr)
     to_stderr.setLevel(min(wanted, logging.INFO))

@@ -4,6 +4,7 @@ loopback, with stdout not a terminal (or, with ``tty=True``, a pseudo-terminal).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from xml.sax.saxutils import escape
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = "urn:cddlm:lang:components:1"
 TRACEBACK = "Traceback (most recent call last)"
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 
 
 def env_for(portal: str | None) -> dict:
@@ -71,3 +74,20 @@ def pid_alive(pid: int) -> bool:
 def banner(live_portal) -> list[str]:
     """What a live portal printed on stderr before it said it was ready (its banner)."""
     return live_portal.log_path.read_text().splitlines()
+
+
+def shape(lines: list[str], paths: bool = False) -> list[str]:
+    """Lines as compared: ids, times, numbers (and with ``paths``, absolute paths) replaced,
+    blanks collapsed (column widths follow the values), and a run of progress lines reduced
+    to its last (a terminal redraws one line in place)."""
+    out: list[str] = []
+    for line in lines:
+        line = TIME.sub("<time>", UUID.sub("<uuid>", line))
+        if paths:
+            line = re.sub(r"/[^\s)]+", "<path>", line)
+        line = " ".join(re.sub(r"\d+", "<n>", line).split())
+        if line.startswith("[ <n>.<n>s]") and out and out[-1].startswith("[ <n>.<n>s]"):
+            out[-1] = line
+        else:
+            out.append(line)
+    return out
