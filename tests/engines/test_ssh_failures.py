@@ -250,3 +250,23 @@ def test_a_host_an_operator_marked_down_that_does_not_answer_is_given_up_at_term
         h2.heal()
         Portal(portal.url, failover=False).set_host_state("h2", False)
         os.killpg(os.getpgid(pid), signal.SIGKILL)      # the operator's to clean up
+
+
+@pytest.mark.parametrize("agent, creds, says", [
+    ("ssh://10.0.0.5", "", "an SSH host is ssh://USER@ADDRESS[:PORT]"),
+    ("ssh://u@10.0.0.5", 'ssh_key = "/nonexistent/key"', "the ssh_key file /nonexistent/key cannot be read"),
+    ("ssh://u@10.0.0.5", 'known_hosts = "/nonexistent/kh"', "the known_hosts file /nonexistent/kh cannot be read"),
+    ("ssh://u@10.0.0.5", 'ssh_keys = "x"', "unknown key(s) ssh_keys"),
+])
+def test_a_bad_ssh_host_stops_the_portal_at_start_saying_why(tmp_path, agent, creds, says):
+    from cddlm.app import Portal as App
+    from cddlm.config import Settings
+    from cddlm.errors import ConfigurationError
+    dc = tmp_path / "dc.yaml"
+    dc.write_text("location: [{name: s1, level: host, agent: '%s'}]\nlevels: [host]\n" % agent)
+    toml = tmp_path / "agents.toml"
+    toml.write_text("[default]\n%s\n" % creds)
+    with pytest.raises(ConfigurationError) as e:
+        App(Settings(state_dir=str(tmp_path / "state"), datacenter_file=str(dc),
+                     agent_credentials_file=str(toml)))
+    assert says in str(e.value)
