@@ -320,6 +320,12 @@ class Portal:
         if self.agents is not None:
             self.scheduler.add_job(self.check_agents, "interval", seconds=self.agents.interval(),
                                    id="agents", max_instances=1, coalesce=True)
+        ssh = [n for n, r in self.engine.runners.items() if isinstance(r, SshRunner)]
+        if ssh and self.settings.ssh_liveness < self.settings.liveness_interval:
+            # no watcher reports an SSH host's exits: a pass over those hosts alone, more often
+            self.scheduler.add_job(self.engine.check_all, "interval", kwargs={"hosts": ssh},
+                                   seconds=self.settings.ssh_liveness, id="ssh-liveness",
+                                   max_instances=1, coalesce=True)
         self.scheduler.add_job(self.service.expire, "interval", seconds=1.0, id="termination-time",
                                max_instances=1, coalesce=True)
         self.scheduler.add_job(self.authenticator.prune, "interval", seconds=60.0, id="nonces",

@@ -108,6 +108,7 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
                                 agent_lease=args.agent_lease, agent_timeout=args.agent_timeout,
                                 ssh_timeout=args.ssh_timeout, ssh_keepalive=args.ssh_keepalive,
                                 ssh_channels=args.ssh_channels, parallel_hosts=args.parallel_hosts,
+                                ssh_liveness=args.ssh_liveness,
                                 agent_callback_url=args.agent_callback,
                                 fence_seconds=args.fence_seconds)
     if args.consumer_network:
@@ -243,6 +244,9 @@ def register(sub) -> None:
     sv.add_argument("--ssh-channels", type=int, default=10, metavar="N",
                     help="commands at once over one SSH host's connection (default 10: sshd's "
                          "MaxSessions)")
+    sv.add_argument("--ssh-liveness", type=float, default=0.5, metavar="S",
+                    help="seconds between liveness passes over SSH hosts, one command per host "
+                         "(default 0.5; at most --liveness-interval)")
     sv.add_argument("--parallel-hosts", type=int, default=16, metavar="N",
                     help="other machines (SSH hosts) one batch of work enacts at once (default 16)")
     sv.add_argument("--import-path", action="append", metavar="DIR",

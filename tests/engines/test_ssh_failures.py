@@ -126,7 +126,8 @@ def test_the_liveness_pass_asks_each_host_once_over_its_one_connection(hosts, tm
     command is a channel of the host's one connection."""
     from cddlm.application.service import DescriptorInput
     portal = make_portal(tmp_path, datacenter_file=str(hosts.datacenter),
-                         agent_credentials_file=str(hosts.credentials), liveness_interval=3600)
+                         agent_credentials_file=str(hosts.credentials), liveness_interval=3600,
+                         ssh_liveness=3600)
     service = portal.service
     try:
         body = native("".join(process("s%d" % i, "sleep", "600", host="h%d" % (1 + i % 2))

@@ -719,29 +719,36 @@ class Engine:
             self._after(added, after is not None and after.event_seq != before)
         return [_health(c, outcomes.get(c.path) if c.path in recorded else None) for c in comps]
 
-    def check_all(self, host: str | None = None) -> None:
+    def check_all(self, host: str | None = None, hosts: list[str] | None = None) -> None:
         """The scheduled liveness pass: one narrow read of the running components, and a
         check of those the exit watcher does not cover (files, probes, processes it could
         not watch, everything on a host marked down; of one host if given). The processes of
         local hosts, which the watcher covers, are read only when new since the last full read
         and every ``FULL_SWEEP`` passes (to watch those it does not: started by another portal
         on the store, or past a descriptor limit), so an idle pass costs little however many
-        run."""
-        self._passes += 1
+        run. ``hosts``: a pass over those hosts only, between the scheduled ones (SSH hosts,
+        whose exits no watcher reports)."""
+        whole = host is None and hosts is None
+        if hosts is not None and not hosts:
+            return
+        if hosts is None:
+            self._passes += 1
         query = select(components.c.app_id, components.c.path, components.c.type,
                        components.c.pid, components.c.host).where(
             components.c.observed == states.RUNNING, components.c.type.not_in(list(states.CONTAINERS)))
         if host is not None:
             query = query.where(components.c.host == host)
+        if hosts is not None:
+            query = query.where(components.c.host.in_(hosts))
         with self.store.read() as conn:
             down = repo.down_hosts(conn)
             watched = [h for h in self.runners if self._watchable(h) and h not in down]
-            if host is None and watched and self._passes % FULL_SWEEP != 1:
+            if whole and watched and self._passes % FULL_SWEEP != 1:
                 # and those that came since the last full read (another portal's, perhaps)
                 query = query.where(or_(components.c.type != "process",
                                         components.c.host.not_in(watched),
                                         components.c.updated >= self._swept - 5.0))
-            elif host is None:
+            elif whole:
                 self._swept = self.clock()
             rows = conn.execute(query).all()
         watcher = self.watcher
