@@ -137,6 +137,9 @@ class SshHosts:
     def name(self, i: int) -> str:
         return "%s%d" % (self.prefix, i + 1)
 
+    def hostname(self, i: int) -> str:
+        return "ssh-%s-%s" % (self.cluster.tag, self.name(i))
+
     def agent(self, i: int) -> str:
         return "ssh://%s@%s:%d" % (ACCOUNT, self.cluster.hosts[i].address, PORT)
 
@@ -162,8 +165,10 @@ class SshHosts:
     # -- daemons --------------------------------------------------------------------------------
     def start_sshd(self, i: int) -> subprocess.Popen:
         host = self.cluster.hosts[i]
-        proc = subprocess.Popen(["nsenter", "--net=/run/netns/%s" % host.name, SSHD, "-D", "-e",
-                                 "-f", str(self.dir / ("sshd%d.conf" % i))],
+        # a machine name of its own too (a UTS namespace): what `uname -n` says there
+        proc = subprocess.Popen(["nsenter", "--net=/run/netns/%s" % host.name, "unshare", "--uts",
+                                 "sh", "-c", 'hostname "$0" && exec "$@"', self.hostname(i),
+                                 SSHD, "-D", "-e", "-f", str(self.dir / ("sshd%d.conf" % i))],
                                 stdout=subprocess.DEVNULL,
                                 stderr=open(self.dir / ("sshd%d.log" % i), "ab"))
         host.procs.append(proc)

@@ -86,7 +86,9 @@ def test_components_run_on_their_ssh_hosts_in_their_own_sessions(hosts, portal):
     each process runs there, as the SSH account, in a session of its own, with its logs in
     its directory there; readiness, logs, values and ports come back through the portal."""
     body = native(
-        process("w1", "sh", "-c", "echo hello from $CDDLM_HOST; exec sleep 600") +
+        process("w1", "sh", "-c", "echo hello from $CDDLM_HOST on $WHERE; exec sleep 600", extra=(
+            '<attribute name="env"><item name="WHERE"><property name="local.hostname" lazy="true"/>'
+            '</item></attribute>')) +
         process("w2", "sh", "-c", "echo hello from $CDDLM_HOST; exec sleep 600") +
         process("web", "python3", "-u", "-m", "http.server", "--bind", "127.0.0.1", "0",
                 extra='<attribute name="readiness"><item name="log">Serving HTTP</item></attribute>') +
@@ -109,7 +111,9 @@ def test_components_run_on_their_ssh_hosts_in_their_own_sessions(hosts, portal):
         assert ("CDDLM_COMPONENT=%s %s" % (app.id, path)).encode() in proc_env(pid)
     # logs, read over the connection (and from an offset on)
     w1 = app.logs("w1")
-    assert w1["lines"] == ["hello from %s" % comps["w1"]["host"]] and w1["available"]
+    where = int(comps["w1"]["host"][1:]) - 1
+    assert w1["lines"] == ["hello from %s on %s" % (comps["w1"]["host"], hosts.hostname(where))]
+    assert w1["available"]
     again = app.logs("w1", offset=0)
     assert again["lines"] == w1["lines"] and again["offset"] == len(w1["lines"][0]) + 1
     assert app.logs("w1", offset=again["offset"])["lines"] == []

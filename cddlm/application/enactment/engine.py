@@ -205,7 +205,7 @@ class Engine:
         runner = self.runners.get(comp.host or "")
         workdir = (lambda p: runner.component_dir(app.id, p)) if runner else (lambda p: "")
         return HostValues(app, self.tree(app), rows, comp.host or "", comp.path, workdir,
-                          self._ports)
+                          self._ports, getattr(runner, "hostname", None))
 
     def _ports(self, host: str | None, pid: int, started: str | None) -> list[int]:
         """The ports a process listens on: from /proc where it runs on this machine, else from

@@ -71,6 +71,7 @@ class SshRunner:
         # records the failure (in a transaction: never a remote call there)
         self._tails: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
+        self._hostname: str | None = None
 
     # -- the host monitor's view ------------------------------------------------------------------
     def portal(self) -> Link:
@@ -95,6 +96,16 @@ class SshRunner:
                     self._root_setting, self.host.name, got.stderr.decode("utf-8", "replace")[-200:]))
             self._root = path
         return self._root
+
+    def hostname(self) -> str:
+        """The machine's own name (``local.hostname``), asked of it once."""
+        if self._hostname is None:
+            try:
+                got = self.link.run("uname -n")
+            except Unreachable:
+                return self.host.name       # (asked again next time)
+            self._hostname = got.stdout.decode("utf-8", "replace").strip() or self.host.name
+        return self._hostname
 
     def app_dir(self, app_id: str) -> str:
         base = self._root or self._root_setting

@@ -18,8 +18,10 @@ RESOLVED_RUNTIME = ("pid", "host", "workdir", "port", "state", "exit_code", "loc
 class HostValues:
     def __init__(self, app: Any, tree: Deployment, rows: dict, host: str, component: str,
                  workdir: Callable[[str], str],
-                 ports: Callable[[str | None, int, str | None], list[int]] | None = None):
+                 ports: Callable[[str | None, int, str | None], list[int]] | None = None,
+                 hostname: Callable[[], str] | None = None):
         self.app = app
+        self.hostname = hostname or socket.gethostname    # the machine the component runs on
         # a process's listening ports where none were recorded (host, pid, start time): asked
         # of /proc here, or of the runner of the host it runs on when that is another machine
         self.ports = ports or (lambda host, pid, started: procfs.listening_ports(pid)
@@ -32,7 +34,7 @@ class HostValues:
 
     # -- host facts and properties ------------------------------------------------------------
     def fact(self, name: str) -> Any:
-        hostname = socket.gethostname()
+        hostname = self.hostname()
         facts = {"host.name": self.host, "host.hostname": hostname, "local.hostname": hostname,
                  "app.id": self.app.id, "app.name": self.app.name or "",
                  "component.path": self.component, "component.workdir": self.workdir(self.component)}
