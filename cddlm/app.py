@@ -15,6 +15,7 @@ import logging
 import os
 import pwd
 import socket
+import stat
 import threading
 import time
 from typing import Callable
@@ -134,20 +135,23 @@ def exposure(settings: Settings) -> list[str]:
     do); return the warnings to print loudly for those ``--insecure`` lets through."""
     sec = settings.security
     warnings = []
+
+    def refuse(text: str, remedy: str) -> None:
+        if not sec.insecure:
+            raise ConfigurationError("refusing to start: %s%s, or pass --insecure to do it anyway"
+                                     % (text, remedy))
+        warnings.append("INSECURE: %s (--insecure)" % text)
+
     exposed = not is_loopback(settings.host)
     missing = [what for what, ok in (("a users file (--users)", sec.users_file),
                                      ("TLS (--tls-cert and --tls-key)", settings.tls_cert)) if not ok]
     if exposed and missing:
-        text = ("listening on %s without %s lets anyone who reaches the port %s" % (
+        refuse("listening on %s without %s lets anyone who reaches the port %s" % (
             settings.host, " and ".join(missing),
             "run any command on this machine as the portal's user" if not sec.users_file
-            else "read the passwords sent to it"))
-        if not sec.insecure:
-            raise ConfigurationError(
-                "refusing to start: %s. Create users with `cddlm user add NAME --users FILE`, "
-                "give --users FILE --tls-cert PEM --tls-key PEM (or listen on 127.0.0.1 behind a "
-                "TLS reverse proxy), or pass --insecure to do it anyway" % text)
-        warnings.append("INSECURE: %s (--insecure)" % text)
+            else "read the passwords sent to it"),
+            ". Create users with `cddlm user add NAME --users FILE`, give --users FILE "
+            "--tls-cert PEM --tls-key PEM (or listen on 127.0.0.1 behind a TLS reverse proxy)")
     root = os.geteuid() == 0
     if sec.run_as:
         fixed = "{user}" not in sec.run_as
@@ -159,13 +163,54 @@ def exposure(settings: Settings) -> list[str]:
         if not root and (account is None or account.pw_uid != os.geteuid()):
             raise ConfigurationError("--run-as needs the portal to run as root (it switches to "
                                      "that account for each component)")
-    elif root and sec.users_file:
-        text = ("components would run as root, the portal's own account; give --run-as "
-                "ACCOUNT (an unprivileged account, or a pattern such as 'cddlm-{user}')")
-        if not sec.insecure:
-            raise ConfigurationError("refusing to start: " + text + ", or pass --insecure")
-        warnings.append("INSECURE: " + text + " (--insecure)")
+    if sec.users_file and (not sec.run_as or not root):
+        # every user's components would run as the portal itself: they could rewrite the users
+        # file (its name is on the portal's command line) or the store and become administrators
+        refuse("components would run as %s, the portal's own account, and could rewrite the "
+               "users file and the store: any user could make themselves an administrator"
+               % ("root" if root else _account_of(os.geteuid())),
+               "; %s --run-as ACCOUNT (an unprivileged account, or a pattern such as "
+               "'cddlm-{user}')" % ("give" if root else "run the portal as root with"))
+    elif sec.users_file:
+        replaceable = _replaceable(sec.users_file)
+        if replaceable:
+            refuse("the users file %s can be changed by accounts other than the portal's (%s): "
+                   "components running as them could make themselves administrators"
+                   % (sec.users_file, replaceable),
+                   "; keep the file and the folders above it writable by the portal's account "
+                   "only (chmod go-w)")
     return warnings
+
+
+def _account_of(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "uid %d" % uid
+
+
+def _replaceable(path: str) -> str | None:
+    """Why ``path`` (a file the portal trusts) could be rewritten or replaced by an account other
+    than the portal's own and root, or None: it, or a folder above it, belongs to another
+    account or is writable by its group or others (a sticky folder, /tmp, only lets each
+    account replace its own names)."""
+    mine = (0, os.geteuid())
+    path = os.path.abspath(path)
+    first = True
+    while True:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None if first else "%s cannot be examined" % path
+        writable = st.st_mode & 0o022 and (first or not st.st_mode & stat.S_ISVTX)
+        if st.st_uid not in mine:
+            return "%s belongs to %s" % (path, _account_of(st.st_uid))
+        if writable:
+            return "%s has mode %o" % (path, stat.S_IMODE(st.st_mode))
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path, first = parent, False
 
 
 def _check_reachable(folder: str) -> None:

@@ -138,7 +138,10 @@ class Settings:
     # requests: names the portal answers to besides IP literals, localhost and its own names
     allowed_hosts: tuple[str, ...] = ()      # "*": any Host (turns the DNS-rebinding check off)
     # notification delivery (notify/delivery.py)
-    delivery_workers: int = 8                # sender threads; one consumer host may hold half
+    # sender threads: one consumer host may hold half, one subscriber half while another wants
+    # some, and a quarter is kept for subscribers holding none (notify/senders.py): one alone
+    # still has 8, as when there were 8 and nothing was kept
+    delivery_workers: int = 10
     delivery_timeout: float = 5.0            # seconds to wait for a consumer's response
     delivery_connect_timeout: float = 2.0    # seconds to connect to a consumer
     delivery_retry_horizon: float = 3600.0   # seconds of retrying before a subscription fails

@@ -337,16 +337,17 @@ class Service:
         with self.store.read() as conn:
             used = self._used_capacity(conn)
             down = set(repo.down_hosts(conn))
-        placement, audit = self.placer.place(deployment, used, down, app.hostname)
-        for path, where in placement.items():   # what each placed component holds, for _used_capacity
-            where["demand"] = dict(nodes[path].attributes.get("demand") or {})
-        validate_only = understood.get(opts.VALIDATE_ONLY)
-        if validate_only is not None and validate_only.value:
-            return
-        if self.engine is not None:
-            # delegate components: their portal takes (or refuses, as an api:RemoteFault
-            # raised here, nothing changed) their descriptor while the caller waits
-            self.engine.prepare_delegates(app_id, app.generation + 1, deployment)
+        with secrets.concealing(deployment):     # a refusal (a delegate's too) quotes no secret
+            placement, audit = self.placer.place(deployment, used, down, app.hostname)
+            for path, where in placement.items():   # what each placed component holds
+                where["demand"] = dict(nodes[path].attributes.get("demand") or {})
+            validate_only = understood.get(opts.VALIDATE_ONLY)
+            if validate_only is not None and validate_only.value:
+                return
+            if self.engine is not None:
+                # delegate components: their portal takes (or refuses, as an api:RemoteFault
+                # raised here, nothing changed) their descriptor while the caller waits
+                self.engine.prepare_delegates(app_id, app.generation + 1, deployment)
         rows = _component_rows(app_id, deployment, placement, now)
         with self.store.write() as conn:
             app = repo.lock_app(conn, app_id)

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import func, or_, select
 
-from cddlm.application import audit, lifecycle
+from cddlm.application import audit, lifecycle, secrets
 from cddlm.application.secrets import redact_descriptor, visible_properties
 from cddlm.application import repository as repo
 from cddlm.application.enactment import local, procfs, states
@@ -94,10 +94,11 @@ class Views:
                                 .limit(limit).offset(offset)).all()
             items = [_summary(r) for r in rows]
             counts: dict[str, dict[str, int]] = {i["id"]: {} for i in items}
-            if items:
+            if items:      # what runs, not the containers holding it: as ``cddlm status`` counts
                 for app_id, observed, n in conn.execute(
                         select(components.c.app_id, components.c.observed, func.count())
-                        .where(components.c.app_id.in_(list(counts)))
+                        .where(components.c.app_id.in_(list(counts)),
+                               components.c.type.notin_(sorted(states.CONTAINERS)))
                         .group_by(components.c.app_id, components.c.observed)):
                     counts[app_id][observed] = n
             by_state = {s: n for s, n in conn.execute(_scoped(
@@ -161,8 +162,9 @@ class Views:
             app = self._app(conn, principal, app_id)
             text = conn.execute(select(applications.c.descriptor)
                                 .where(applications.c.id == app.id)).scalar()
+        # its literal secrets masked where it marks them, and any secret string elsewhere
         return {"language": app.language, "digest": app.descriptor_digest,
-                "text": redact_descriptor(app.language, text)}
+                "text": secrets.of(self._tree(app))(redact_descriptor(app.language, text))}
 
     def logs(self, principal: Principal, app_id: str, path: str, lines: int | None = None) -> dict:
         """The last lines of a component's stdout and stderr (on a host this portal runs)."""

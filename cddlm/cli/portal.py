@@ -53,8 +53,11 @@ def setup_logging(state_dir: str, level: str) -> str:
         r.name.startswith("cddlm.audit") and wanted < logging.ERROR))
     root = logging.getLogger()
     root.setLevel(min(wanted, logging.INFO))
+    from cddlm.application.secrets import LogFilter
+    hide = LogFilter()           # no line says a value a descriptor marks secret
     for handler in (to_file, to_stderr):
         handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        handler.addFilter(hide)
         root.addHandler(handler)
     if wanted > logging.DEBUG:      # the scheduler logs every run of every job at info
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
@@ -330,8 +333,9 @@ def register(sub) -> None:
                     help="a per-user quota: applications, components, descriptor_bytes, "
                          "subscriptions (repeatable; administrators have none)")
     sv.add_argument("--insecure", action="store_true",
-                    help="start even on a non-loopback address without --users and TLS, or as "
-                         "root without --run-as (loudly: anyone reaching it may run commands)")
+                    help="start even on a non-loopback address without --users and TLS, or "
+                         "with --users but without --run-as (components then run as the portal's "
+                         "own account and may rewrite the users file), loudly")
     sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
                     help="what the portal logs on stderr (default warning); STATE/portal.log "
                          "gets info and above (debug with debug)")

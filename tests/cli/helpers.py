@@ -27,9 +27,17 @@ def env_for(portal: str | None) -> dict:
 
 
 def cddlm(*args: str, portal: str | None = None, check: bool = True, timeout: float = 120,
-          cwd: Path = ROOT) -> subprocess.CompletedProcess:
+          cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The command, stdin not a terminal; ``env`` adds to (or, with None values, removes from)
+    the environment."""
+    environ = env_for(portal)
+    for key, value in (env or {}).items():
+        if value is None:
+            environ.pop(key, None)
+        else:
+            environ[key] = value
     r = subprocess.run([sys.executable, "-m", "cddlm.cli", *args], capture_output=True, text=True,
-                       env=env_for(portal), cwd=cwd, timeout=timeout)
+                       env=environ, cwd=cwd, timeout=timeout, stdin=subprocess.DEVNULL)
     assert TRACEBACK not in r.stderr, r.stderr
     if check:
         assert r.returncode == 0, r.stderr
@@ -78,16 +86,12 @@ def banner(live_portal) -> list[str]:
 
 def shape(lines: list[str], paths: bool = False) -> list[str]:
     """Lines as compared: ids, times, numbers (and with ``paths``, absolute paths) replaced,
-    blanks collapsed (column widths follow the values), and a run of progress lines reduced
-    to its last (a terminal redraws one line in place)."""
+    blanks collapsed (column widths follow the values). Every line counts: a quick wait's
+    progress is one line on a pipe too, as on a terminal."""
     out: list[str] = []
     for line in lines:
         line = TIME.sub("<time>", UUID.sub("<uuid>", line))
         if paths:
             line = re.sub(r"/[^\s)]+", "<path>", line)
-        line = " ".join(re.sub(r"\d+", "<n>", line).split())
-        if line.startswith("[ <n>.<n>s]") and out and out[-1].startswith("[ <n>.<n>s]"):
-            out[-1] = line
-        else:
-            out.append(line)
+        out.append(" ".join(re.sub(r"\d+", "<n>", line).split()))
     return out

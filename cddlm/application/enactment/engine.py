@@ -37,7 +37,7 @@ from typing import Callable
 
 from sqlalchemy import or_, select
 
-from cddlm.application import lifecycle
+from cddlm.application import lifecycle, secrets
 from cddlm.application import repository as repo
 from cddlm.application.enactment import logs, procfs, queue, states
 from cddlm.application.enactment.local import Later, LocalRunner, Lost, Outcome, Target
@@ -162,6 +162,7 @@ class Engine:
                     # read under a light lock: its tree, as committed (the lock holds it still)
                     whole = (repo.get_app(self.store, app.id) or app) if app.light else app
                     tree = Deployment.from_json(whole.deployment or {})
+                    secrets.of(tree)        # its secrets are masked in log lines from now on
                     found = (tree, dict(tree.walk()))
                     with self._trees_lock:
                         self._trees.put(app.id, app.generation, found)
@@ -588,7 +589,20 @@ class Engine:
 
     def _apply(self, app: repo.App, comp: repo.Component, outcome: Outcome,
                now: float) -> dict | None:
-        """The new values of a component after a runner's outcome; None if it was stale."""
+        """The new values of a component after a runner's outcome; None if it was stale. Its
+        texts (info, the stderr tail) are masked here, the one place component state is
+        recorded: stateInfo, terminationInfo, the history and the notifications quote them."""
+        values = self._outcome_values(app, comp, outcome, now)
+        if values is not None:
+            conceal = secrets.of(self.tree(app))
+            if conceal and values.get("info"):
+                values["info"] = conceal(values["info"])
+            if conceal and values["runtime"].get("stderr"):
+                values["runtime"]["stderr"] = conceal(values["runtime"]["stderr"])
+        return values
+
+    def _outcome_values(self, app: repo.App, comp: repo.Component, outcome: Outcome,
+                        now: float) -> dict | None:
         event = outcome.event
         attrs = {}
         if event == "failed" and comp.oneshot and outcome.exit_code == 0:

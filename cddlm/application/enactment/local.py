@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from cddlm import affinity, netsafe
+from cddlm.application import secrets
 from cddlm.application.enactment import confine, logs, procfs, spawner, states
 from cddlm.application.enactment.confine import Account, Escape
 from cddlm.budget import PatternError, user_regex
@@ -712,7 +713,9 @@ def readiness_wait(tree: Any, c: Any, now: float) -> dict | None:
     ready = node.attributes.get("readiness") if node is not None else None
     if not isinstance(ready, dict) or not ready or node.attributes.get("run_to_completion"):
         return None
-    return waiting(ready, c.updated, now)
+    out = waiting(ready, c.updated, now)
+    out["waitingFor"] = secrets.of(tree)(out["waitingFor"])     # a hidden pattern stays hidden
+    return out
 
 
 def waiting(ready: dict, since: float, now: float) -> dict:
