@@ -26,6 +26,8 @@ from cddlm.application import census, fencing
 from cddlm.application.enactment import logs
 from cddlm.application.enactment.engine import Engine
 from cddlm.application.enactment.remote import Agents, DelegateRunner, RemoteRunner
+from cddlm.application.enactment.ssh import SshRunner
+from cddlm.application.enactment.sshlink import Loop as SshLoop
 from cddlm.application.loader import Loader
 from cddlm.application.health import Readiness, StoreProbe, front_renewed
 from cddlm.application.nonces import open_record
@@ -59,6 +61,7 @@ logging.getLogger("spyne.application.client").setLevel(logging.CRITICAL)
 logging.getLogger("spyne.application.server").setLevel(logging.CRITICAL)
 logging.getLogger("spyne.application").setLevel(logging.CRITICAL)   # faults are not errors (Busy)
 logging.getLogger("spyne.util.appreg").setLevel(logging.ERROR)
+logging.getLogger("asyncssh").setLevel(logging.WARNING)    # (it logs every SSH channel at info)
 
 
 def load_hosts(settings: Settings) -> Hosts:
@@ -260,8 +263,9 @@ class Portal:
         # hosts whose agent is another portal: a remote runner each, and a monitor of them all
         make_portal = agent_clients.factory(settings)
         callback = lambda: settings.agent_callback_url or self.url  # noqa: E731
-        remote = lambda h: RemoteRunner(h, self.store, settings, make_portal, clock,  # noqa: E731
-                                        callback)
+        remote = lambda h: self._ssh_runner(h) if h.agent.startswith("ssh://") else \
+            RemoteRunner(h, self.store, settings, make_portal, clock, callback)  # noqa: E731
+        self.ssh_loop: SshLoop | None = None     # the SSH hosts' connections, made on first use
         read = Loader.for_portal(settings)     # a delegate's descriptor file, as initialize reads one
         delegate = lambda url: DelegateRunner(url, self.store, settings, make_portal,  # noqa: E731
                                               read, clock, callback)
@@ -270,7 +274,10 @@ class Portal:
         remotes = {n: r for n, r in self.engine.runners.items() if isinstance(r, RemoteRunner)}
         for runner in remotes.values():     # lazy references between hosts resolve through them
             runner.peers = remotes
-        self.agents = Agents(self.store, settings, remotes, clock) if remotes else None
+        # the host monitor watches host portals and SSH hosts alike (down after the lease)
+        watched = {n: r for n, r in self.engine.runners.items() if isinstance(r, SshRunner)}
+        watched.update(remotes)
+        self.agents = Agents(self.store, settings, watched, clock) if watched else None
         self.engine.accounts = Accounts(sec.run_as, self.users.account if self.users else lambda _: None)
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)
         # users' XPath is evaluated in helper processes with a budget: queries in one pool,
@@ -316,6 +323,15 @@ class Portal:
         self._stopped = threading.Event()
         self._stopping = threading.Event()  # asked to stop (a signal): serve_forever returns
         self.failure: str | None = None      # why the portal stopped serving by itself
+
+    def _ssh_runner(self, host) -> SshRunner:
+        """The runner of a host whose agent is ``ssh://USER@ADDRESS[:PORT]``: its credentials
+        are ``ssh_key`` and ``known_hosts`` of ``--agent-credentials``."""
+        if self.ssh_loop is None:
+            self.ssh_loop = SshLoop()
+        creds = agent_clients.load_credentials(self.settings.agent_credentials_file)
+        return SshRunner(host, self.store, self.settings, self.ssh_loop,
+                         agent_clients.chosen(creds, host.name))
 
     def _open_store(self, settings: Settings) -> None:
         """Check an SQLite store before anything writes to it (a damaged one is refused),
@@ -377,6 +393,12 @@ class Portal:
         if self.agents is not None:
             self.scheduler.add_job(self.check_agents, "interval", seconds=self.agents.interval(),
                                    id="agents", max_instances=1, coalesce=True)
+        ssh = [n for n, r in self.engine.runners.items() if isinstance(r, SshRunner)]
+        if ssh and self.settings.ssh_liveness < self.settings.liveness_interval:
+            # no watcher reports an SSH host's exits: a pass over those hosts alone, more often
+            self.scheduler.add_job(self.engine.check_all, "interval", kwargs={"hosts": ssh},
+                                   seconds=self.settings.ssh_liveness, id="ssh-liveness",
+                                   max_instances=1, coalesce=True)
         self.scheduler.add_job(self.service.expire, "interval", seconds=1.0, id="termination-time",
                                max_instances=1, coalesce=True)
         self.scheduler.add_job(self.authenticator.prune, "interval", seconds=60.0, id="nonces",
@@ -424,6 +446,8 @@ class Portal:
         self.engine.stop()
         if self.agents is not None:
             self.agents.close()
+        if self.ssh_loop is not None:
+            self.ssh_loop.close()
         self.queries.close()
         self.filters.close()
         self.store_probe.close()

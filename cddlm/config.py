@@ -119,6 +119,12 @@ class Settings:
     agent_timeout: float = 5.0               # seconds one call to a host portal may take
     agent_callback_url: str | None = None    # base URL host portals notify (default: ours)
     agent_mode: bool = False                 # --agent: a host portal (lean: no datacenter)
+    # hosts whose agent is ssh://USER@ADDRESS[:PORT] (application/enactment/ssh.py, docs/engines.md)
+    ssh_timeout: float = 10.0                # seconds one command (or connection) on an SSH host may take
+    ssh_keepalive: float = 2.0               # seconds between keepalives; 3 unanswered drop the connection
+    ssh_channels: int = 10                   # commands at once over one host's connection (sshd's MaxSessions)
+    parallel_hosts: int = 16                 # other machines (SSH hosts) one batch enacts at once
+    ssh_liveness: float = 0.5                # seconds between liveness passes over SSH hosts (one command each)
     fence_seconds: float | None = None       # host side: terminate delegated parts not renewed
     # descriptors: where references and imports may be read from (application/loader.py)
     import_path: tuple[str, ...] = ()        # folders searched for classpath:/ imports (also readable)

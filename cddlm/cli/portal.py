@@ -149,6 +149,9 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
         raise UsageError("--fence-seconds is for a host portal (--agent), and positive")
     settings = settings.replace(agent_mode=args.agent, agent_credentials_file=args.agent_credentials,
                                 agent_lease=args.agent_lease, agent_timeout=args.agent_timeout,
+                                ssh_timeout=args.ssh_timeout, ssh_keepalive=args.ssh_keepalive,
+                                ssh_channels=args.ssh_channels, parallel_hosts=args.parallel_hosts,
+                                ssh_liveness=args.ssh_liveness,
                                 agent_callback_url=args.agent_callback,
                                 fence_seconds=args.fence_seconds,
                                 ready_front_seconds=args.ready_front_seconds,
@@ -288,6 +291,19 @@ def register(sub) -> None:
                     help="a host portal silent this long is marked unreachable (default 10)")
     sv.add_argument("--agent-timeout", type=float, default=5.0, metavar="S",
                     help="seconds one call to a host portal may take (default 5)")
+    sv.add_argument("--ssh-timeout", type=float, default=10.0, metavar="S",
+                    help="seconds one command on an SSH host (ssh://... agent) may take (default 10)")
+    sv.add_argument("--ssh-keepalive", type=float, default=2.0, metavar="S",
+                    help="seconds between keepalives to an SSH host; three unanswered drop its "
+                         "connection (default 2)")
+    sv.add_argument("--ssh-channels", type=int, default=10, metavar="N",
+                    help="commands at once over one SSH host's connection (default 10: sshd's "
+                         "MaxSessions)")
+    sv.add_argument("--ssh-liveness", type=float, default=0.5, metavar="S",
+                    help="seconds between liveness passes over SSH hosts, one command per host "
+                         "(default 0.5; at most --liveness-interval)")
+    sv.add_argument("--parallel-hosts", type=int, default=16, metavar="N",
+                    help="other machines (SSH hosts) one batch of work enacts at once (default 16)")
     sv.add_argument("--import-path", action="append", metavar="DIR",
                     help="folder searched for classpath:/ descriptor imports (repeatable)")
     sv.add_argument("--consumer-network", action="append", metavar="CIDR",
