@@ -19,6 +19,10 @@ by its owner only when it holds a secret)::
     [hosts."https://other.example/cddlm/portal"]   # a portal delegate components may name
     token = "..."              # (by its exact URL: only this one, never [default])
 
+    [hosts.s1]                 # a host whose agent is ssh://USER@ADDRESS[:PORT]
+    ssh_key = "id_ed25519"     # the private key offered (no ssh-agent, no ~/.ssh/config)
+    known_hosts = "known"      # its host key must be there (else ~/.ssh/known_hosts)
+
 A datacenter host gets ``[default]``, then its URL's entry, then its name's. A ``delegate``
 component's portal (a URL a tenant wrote) gets its exact URL's entry and nothing else; it must
 be under a prefix the operator allows (``--allow-delegate-url``) and on an address the outbound
@@ -59,7 +63,8 @@ from cddlm.config import Settings
 from cddlm.errors import Busy, ConfigurationError, RemoteFault, ResolutionError
 from cddlm.transport import Reply
 
-KEYS = {"user", "password", "token", "ca_file", "client_cert", "client_key"}
+KEYS = {"user", "password", "token", "ca_file", "client_cert", "client_key",
+        "ssh_key", "known_hosts"}     # the last two: SSH hosts (application/enactment/ssh.py)
 GONE_FAULTS = {"ResourceUnknownFault", "NoSuchApplicationFault"}
 ANY_NETWORK = ("0.0.0.0/0", "::/0")     # the hosts the operator's datacenter names
 

@@ -21,10 +21,15 @@ import time
 from typing import Callable
 
 from cddlm import agents as agent_clients
-from cddlm import httpserver
+from cddlm import httpserver, metrics
+from cddlm.application import census, fencing
+from cddlm.application.enactment import logs
 from cddlm.application.enactment.engine import Engine
 from cddlm.application.enactment.remote import Agents, DelegateRunner, RemoteRunner
+from cddlm.application.enactment.ssh import SshRunner
+from cddlm.application.enactment.sshlink import Loop as SshLoop
 from cddlm.application.loader import Loader
+from cddlm.application.health import Readiness, StoreProbe, front_renewed
 from cddlm.application.nonces import open_record
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
@@ -42,6 +47,7 @@ from cddlm.portal.auth import Authenticator
 from cddlm.portal.handlers import Handlers
 from cddlm.portal.subscriptions import SubscriptionHandlers
 from cddlm.web.app import Dashboard
+from cddlm.web.operations import Operations
 from cddlm.xpathsafe import XPathPool
 
 log = logging.getLogger(__name__)
@@ -55,6 +61,7 @@ logging.getLogger("spyne.application.client").setLevel(logging.CRITICAL)
 logging.getLogger("spyne.application.server").setLevel(logging.CRITICAL)
 logging.getLogger("spyne.application").setLevel(logging.CRITICAL)   # faults are not errors (Busy)
 logging.getLogger("spyne.util.appreg").setLevel(logging.ERROR)
+logging.getLogger("asyncssh").setLevel(logging.WARNING)    # (it logs every SSH channel at info)
 
 
 def load_hosts(settings: Settings) -> Hosts:
@@ -243,7 +250,7 @@ class Portal:
         # the datacenter, and how this portal calls other portals (cddlm/agents.py: the
         # credentials and limits of every such call), both refused here when unsafe
         self.hosts = load_hosts(settings)
-        clients = agent_clients.AgentClients(settings)
+        self.clients = clients = agent_clients.AgentClients(settings)
         clients.check(self.hosts.hosts.values())
         self.users = Directory(sec.users_file, sec.credential_cache) if sec.users_file else None
         # components running as other accounts pass through the state directory (o+x)
@@ -260,8 +267,9 @@ class Portal:
         # hosts whose agent is another portal: a remote runner each, and a monitor of them all;
         # delegate components: a runner per portal they name
         callback = lambda: settings.agent_callback_url or self.url  # noqa: E731
-        remote = lambda h: RemoteRunner(h, self.store, settings, clients.host, clock,  # noqa: E731
-                                        callback)
+        remote = lambda h: self._ssh_runner(h) if h.agent.startswith("ssh://") else \
+            RemoteRunner(h, self.store, settings, clients.host, clock, callback)  # noqa: E731
+        self.ssh_loop: SshLoop | None = None     # the SSH hosts' connections, made on first use
         read = Loader.for_portal(settings)     # a delegate's descriptor file, as initialize reads one
         delegate = lambda url: DelegateRunner(url, self.store, settings, clients.delegate,  # noqa: E731
                                               read, clock, callback)
@@ -272,7 +280,10 @@ class Portal:
         remotes = {n: r for n, r in self.engine.runners.items() if isinstance(r, RemoteRunner)}
         for runner in remotes.values():     # lazy references between hosts resolve through them
             runner.peers = remotes
-        self.agents = Agents(self.store, settings, remotes, clock) if remotes else None
+        # the host monitor watches host portals and SSH hosts alike (down after the lease)
+        watched = {n: r for n, r in self.engine.runners.items() if isinstance(r, SshRunner)}
+        watched.update(remotes)
+        self.agents = Agents(self.store, settings, watched, clock) if watched else None
         self.engine.accounts = Accounts(sec.run_as, self.users.account if self.users else lambda _: None)
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)
         # users' XPath is evaluated in helper processes with a budget: queries in one pool,
@@ -301,9 +312,13 @@ class Portal:
         local = self.users is None
         self.dashboard = Dashboard(self.views, settings, self.portal_url,
                                    None if local else self.authenticator.http)
+        metrics.configure(settings.metrics_consumer_hosts)
+        self.readiness = Readiness(self._ready_checks(), after_store=frozenset({"front"}))
+        self.operations = Operations(self.dashboard, self.readiness, self.census,
+                                     None if local else self.authenticator.http)
         self.wsgi = wsgi.build({"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep,
                                 "/cddlm/subscriptions": notify.manager_endpoint()},
-                               settings.limits, self.portal_url, self.dashboard,
+                               settings.limits, self.portal_url, self.operations,
                                None if local else self.authenticator.soap,
                                wsgi.own_names(settings.host, settings.public_url,
                                               settings.allowed_hosts),
@@ -312,7 +327,15 @@ class Portal:
         self.scheduler = None
         self.server: httpserver.HttpServer | None = None
         self._stopped = threading.Event()
+        self._stopping = threading.Event()  # asked to stop (a signal): serve_forever returns
         self.failure: str | None = None      # why the portal stopped serving by itself
+
+    def _ssh_runner(self, host) -> SshRunner:
+        """The runner of a host whose agent is ``ssh://USER@ADDRESS[:PORT]``: its credentials
+        are ``ssh_key`` and ``known_hosts`` of ``--agent-credentials``."""
+        if self.ssh_loop is None:
+            self.ssh_loop = SshLoop()
+        return SshRunner(host, self.store, self.settings, self.ssh_loop, self.clients.host_creds(host))
 
     def _open_store(self, settings: Settings) -> None:
         """Check an SQLite store before anything writes to it (a damaged one is refused),
@@ -326,6 +349,22 @@ class Portal:
             self.store_identity = _identity(path)
         self.store = Store(settings.database_url)
         self.store.migrate()
+
+    def _ready_checks(self) -> dict:
+        """What /readyz looks at (application/health.py)."""
+        self.store_probe = StoreProbe(self.store, self.settings.ready_store_seconds)
+        checks = {"store": self.store_probe, "engine": self.engine.dead, "log capper": logs.CAPPER.dead,
+                  "scheduler": lambda: None if self.scheduler is not None and self.scheduler.running
+                  else "the scheduler is not running", "state": self.lost_state}
+        if self.settings.agent_mode:
+            checks["front"] = front_renewed(
+                lambda: self.service.front_pinged, lambda: fencing.holds_delegated(self.store),
+                self.settings.fence_seconds or self.settings.ready_front_seconds)
+        return checks
+
+    def census(self) -> metrics.Census:
+        """The store's counts for a metrics scrape."""
+        return census.read(self.store, self.hosts.hosts, time.time())
 
     def lost_state(self) -> str | None:
         """Why the portal cannot go on (its state directory or store file deleted or replaced
@@ -358,6 +397,12 @@ class Portal:
         if self.agents is not None:
             self.scheduler.add_job(self.check_agents, "interval", seconds=self.agents.interval(),
                                    id="agents", max_instances=1, coalesce=True)
+        ssh = [n for n, r in self.engine.runners.items() if isinstance(r, SshRunner)]
+        if ssh and self.settings.ssh_liveness < self.settings.liveness_interval:
+            # no watcher reports an SSH host's exits: a pass over those hosts alone, more often
+            self.scheduler.add_job(self.engine.check_all, "interval", kwargs={"hosts": ssh},
+                                   seconds=self.settings.ssh_liveness, id="ssh-liveness",
+                                   max_instances=1, coalesce=True)
         self.scheduler.add_job(self.service.expire, "interval", seconds=1.0, id="termination-time",
                                max_instances=1, coalesce=True)
         self.scheduler.add_job(self.authenticator.prune, "interval", seconds=60.0, id="nonces",
@@ -389,6 +434,10 @@ class Portal:
         for host in went_down + came_up:
             self.engine.check_all(host)
 
+    def request_stop(self) -> None:
+        """Ask ``serve_forever`` to return (from a signal handler: nothing else is done)."""
+        self._stopping.set()
+
     def stop(self) -> None:
         if self._stopped.is_set():
             return
@@ -401,8 +450,11 @@ class Portal:
         self.engine.stop()
         if self.agents is not None:
             self.agents.close()
+        if self.ssh_loop is not None:
+            self.ssh_loop.close()
         self.queries.close()
         self.filters.close()
+        self.store_probe.close()
         self.authenticator.close()
         self.store.dispose()
         self.state.release()
@@ -458,7 +510,7 @@ class Portal:
         self._wait_answering(server)
         if ready is not None:
             ready(self.endpoint)
-        while not self._stopped.wait(0.5):
+        while not (self._stopping.wait(0.5) or self._stopped.is_set()):
             if not server.alive():
                 log.error("the HTTP server stopped; the portal stops too")
                 break

@@ -121,6 +121,12 @@ class Settings:
     agent_request_slots: int = 2             # request threads that may wait on other portals at once
     agent_callback_url: str | None = None    # base URL host portals notify (default: ours)
     agent_mode: bool = False                 # --agent: a host portal (lean: no datacenter)
+    # hosts whose agent is ssh://USER@ADDRESS[:PORT] (application/enactment/ssh.py, docs/engines.md)
+    ssh_timeout: float = 10.0                # seconds one command (or connection) on an SSH host may take
+    ssh_keepalive: float = 2.0               # seconds between keepalives; 3 unanswered drop the connection
+    ssh_channels: int = 10                   # commands at once over one host's connection (sshd's MaxSessions)
+    parallel_hosts: int = 16                 # other machines (SSH hosts) one batch enacts at once
+    ssh_liveness: float = 0.5                # seconds between liveness passes over SSH hosts (one command each)
     fence_seconds: float | None = None       # host side: terminate delegated parts not renewed
     # descriptors: where references and imports may be read from (application/loader.py)
     import_path: tuple[str, ...] = ()        # folders searched for classpath:/ imports (also readable)
@@ -153,6 +159,11 @@ class Settings:
     consumer_networks: tuple[str, ...] = ("127.0.0.0/8", "::1/128", "10.0.0.0/8",
                                           "172.16.0.0/12", "192.168.0.0/16")
     default_subscription_seconds: float = 24 * 3600.0
+    # operating it (web/operations.py, docs/operating.md)
+    metrics_consumer_hosts: int = 100        # consumer hosts with a label of their own; the rest: other
+    ready_store_seconds: float = 2.0         # /readyz: the store must answer within this
+    ready_front_seconds: float = 60.0        # /readyz of a host portal holding delegated parts:
+                                             # a front pinged one within this (--fence-seconds if set)
 
     @property
     def hosts_root(self) -> str:

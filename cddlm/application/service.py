@@ -86,6 +86,7 @@ class Service:
         self.placer = placer or Placer(self.hosts)
         self.on_events: list[Callable[[], None]] = []   # notified after events commit
         self.subscriptions: Any = None                   # set by the composition root (notify)
+        self.front_pinged: float | None = None           # host side: a front's last ping (readyz)
 
     def _after(self, work: bool = False, events: bool = True) -> None:
         if work and self.engine is not None:
@@ -551,6 +552,8 @@ class Service:
     def ping(self, app_id: str) -> Ping:
         health = self.engine.check_app(app_id) if self.engine is not None else []
         app = self.get(app_id)
+        if fencing.delegated(app.client_token):
+            self.front_pinged = self.clock()
         if self.settings.fence_seconds and fencing.delegated(app.client_token):
             fencing.renew(self.store, app_id, self.clock())     # its front portal is alive
         if app.deployment and any(h["state"] == states.STARTING for h in health):

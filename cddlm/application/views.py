@@ -240,8 +240,8 @@ class Views:
             return []
         if c.runtime.get("ports"):
             return list(c.runtime["ports"])
-        if (c.host or "") not in self.runners:
-            return []
+        if (c.host or "") not in self.runners or hasattr(self.runners[c.host or ""], "ports"):
+            return []       # not this machine's process: its ports are those recorded
         key, now = (c.pid, c.pid_start), time.monotonic()
         with self._ports_lock:
             seen = self._ports.get(key)

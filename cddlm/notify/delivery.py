@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from lxml import etree
 
-from cddlm import ns, wsa, xmlsafe
+from cddlm import metrics, ns, wsa, xmlsafe
 from cddlm.application.store import Store
 from cddlm.config import Settings
 from cddlm.errors import Busy, QueryError, StoreUnavailable
@@ -242,6 +242,7 @@ class Delivery:
             error = "internal error: %s" % type(e).__name__
         if error is not None:
             log.info("notification to %s failed: %s", batch.address, error)
+        metrics.delivered(_host(batch.address), self.clock() - started, error is not None)
         self._results.put(outbox.Outcome(batch, started, error))
         self._wake.set()
 
