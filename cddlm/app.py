@@ -22,7 +22,9 @@ from typing import Callable
 from cddlm import agents as agent_clients
 from cddlm import httpserver
 from cddlm.application.enactment.engine import Engine
+from cddlm.application.enactment import slurm
 from cddlm.application.enactment.remote import Agents, DelegateRunner, RemoteRunner
+from cddlm.application.enactment.slurmctl import Slurm, SlurmUnavailable
 from cddlm.application.loader import Loader
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
@@ -31,7 +33,7 @@ from cddlm.application.tenancy import Accounts
 from cddlm.application.users import Directory
 from cddlm.application.views import Views
 from cddlm.config import Settings
-from cddlm.errors import ConfigurationError, StoreUnavailable
+from cddlm.errors import BadArgument, ConfigurationError, StoreUnavailable
 from cddlm.notify.delivery import Delivery
 from cddlm.notify.messages import portal_address
 from cddlm.notify.subscriptions import Subscriptions
@@ -58,6 +60,11 @@ logging.getLogger("spyne.util.appreg").setLevel(logging.ERROR)
 def load_hosts(settings: Settings) -> Hosts:
     if not settings.datacenter_file:
         return Hosts.default()
+    if settings.datacenter_file == "slurm:":     # the Slurm cluster this machine submits to
+        try:
+            return Hosts.from_datacenter(slurm.cluster_datacenter(settings))
+        except (SlurmUnavailable, BadArgument) as e:
+            raise ConfigurationError("--datacenter slurm: cannot read the cluster: %s" % e) from None
     from cddlm.application.descriptors import load_data_file
     return Hosts.from_datacenter(load_data_file(settings.datacenter_file))
 
@@ -210,8 +217,14 @@ class Portal:
         # hosts whose agent is another portal: a remote runner each, and a monitor of them all
         make_portal = agent_clients.factory(settings)
         callback = lambda: settings.agent_callback_url or self.url  # noqa: E731
-        remote = lambda h: RemoteRunner(h, self.store, settings, make_portal, clock,  # noqa: E731
-                                        callback)
+        # hosts whose agent is a Slurm node: one client of the cluster shared by their runners
+        self.slurm = Slurm(settings.slurm_timeout, ttl=min(0.5, settings.liveness_interval / 2))
+
+        def remote(h):
+            if slurm.is_slurm_agent(h.agent):
+                return slurm.SlurmRunner(h, self.slurm, h.workdir or os.path.join(
+                    settings.hosts_root, h.name), settings)
+            return RemoteRunner(h, self.store, settings, make_portal, clock, callback)
         read = Loader.for_portal(settings)     # a delegate's descriptor file, as initialize reads one
         delegate = lambda url: DelegateRunner(url, self.store, settings, make_portal,  # noqa: E731
                                               read, clock, callback)
@@ -221,6 +234,8 @@ class Portal:
         for runner in remotes.values():     # lazy references between hosts resolve through them
             runner.peers = remotes
         self.agents = Agents(self.store, settings, remotes, clock) if remotes else None
+        nodes = {n: r.node for n, r in self.engine.runners.items() if isinstance(r, slurm.SlurmRunner)}
+        self.slurm_nodes = slurm.SlurmNodes(self.store, self.slurm, nodes, clock) if nodes else None
         self.engine.accounts = Accounts(sec.run_as, self.users.account if self.users else lambda _: None)
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)
         # users' XPath is evaluated in helper processes with a budget: queries in one pool,
@@ -304,6 +319,10 @@ class Portal:
         if self.agents is not None:
             self.scheduler.add_job(self.check_agents, "interval", seconds=self.agents.interval(),
                                    id="agents", max_instances=1, coalesce=True)
+        if self.slurm_nodes is not None:
+            self.scheduler.add_job(self.check_slurm_nodes, "interval",
+                                   seconds=self.settings.liveness_interval, id="slurm-nodes",
+                                   max_instances=1, coalesce=True)
         self.scheduler.add_job(self.service.expire, "interval", seconds=1.0, id="termination-time",
                                max_instances=1, coalesce=True)
         self.scheduler.add_job(self.authenticator.prune, "interval", seconds=60.0, id="nonces",
@@ -331,6 +350,17 @@ class Portal:
             went_down, came_up = self.agents.check()
         except StoreUnavailable as e:
             log.warning("host monitor skipped: %s", e)
+            return
+        for host in went_down + came_up:
+            self.engine.check_all(host)
+
+    def check_slurm_nodes(self) -> None:
+        """One round of the Slurm node monitor; a host just marked down fails its components
+        now (and their jobs are cancelled)."""
+        try:
+            went_down, came_up = self.slurm_nodes.check()
+        except StoreUnavailable as e:
+            log.warning("Slurm node monitor skipped: %s", e)
             return
         for host in went_down + came_up:
             self.engine.check_all(host)

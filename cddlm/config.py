@@ -112,6 +112,9 @@ class Settings:
     agent_callback_url: str | None = None    # base URL host portals notify (default: ours)
     agent_mode: bool = False                 # --agent: a host portal (lean: no datacenter)
     fence_seconds: float | None = None       # host side: terminate delegated parts not renewed
+    # hosts whose agent is a Slurm node (application/enactment/slurm.py, docs/engines.md)
+    slurm_timeout: float = 10.0              # seconds one Slurm command (sbatch, squeue ...) may take
+    slurm_pending_timeout: float = 300.0     # seconds a component's job may wait in the queue
     # descriptors: where references and imports may be read from (application/loader.py)
     import_path: tuple[str, ...] = ()        # folders searched for classpath:/ imports (also readable)
     allowed_descriptor_dirs: tuple[str, ...] = ()   # file: references and imports only below these

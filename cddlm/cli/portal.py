@@ -87,7 +87,9 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
     settings = settings.replace(agent_mode=args.agent, agent_credentials_file=args.agent_credentials,
                                 agent_lease=args.agent_lease, agent_timeout=args.agent_timeout,
                                 agent_callback_url=args.agent_callback,
-                                fence_seconds=args.fence_seconds)
+                                fence_seconds=args.fence_seconds,
+                                slurm_timeout=args.slurm_timeout,
+                                slurm_pending_timeout=args.slurm_pending_timeout)
     if args.consumer_network:
         settings = settings.replace(consumer_networks=tuple(args.consumer_network))
     if args.probe_network:
@@ -195,7 +197,9 @@ def register(sub) -> None:
                     help="database URL (default: SQLite under the state dir; postgresql://... to share)")
     sv.add_argument("--state-dir", default="./cddlm-state", metavar="DIR",
                     help="where the portal keeps its database, logs and component directories")
-    sv.add_argument("--datacenter", metavar="FILE", help="datacenter file (YAML/JSON) of hosts")
+    sv.add_argument("--datacenter", metavar="FILE",
+                    help="datacenter file (YAML/JSON) of hosts, or slurm: for the Slurm cluster "
+                         "this machine submits to (docs/engines.md)")
     sv.add_argument("--public-url", metavar="URL", help="base URL to put in EPRs (behind a proxy)")
     sv.add_argument("--agent", action="store_true",
                     help="serve as a host portal that front portals delegate to (lean: one local "
@@ -213,6 +217,12 @@ def register(sub) -> None:
                     help="a host portal silent this long is marked unreachable (default 10)")
     sv.add_argument("--agent-timeout", type=float, default=5.0, metavar="S",
                     help="seconds one call to a host portal may take (default 5)")
+    sv.add_argument("--slurm-timeout", type=float, default=10.0, metavar="S",
+                    help="seconds one Slurm command (sbatch, squeue, scancel ...) may take "
+                         "(default 10)")
+    sv.add_argument("--slurm-pending-timeout", type=float, default=300.0, metavar="S",
+                    help="a component's Slurm job still queued after S seconds fails its start "
+                         "(default 300)")
     sv.add_argument("--import-path", action="append", metavar="DIR",
                     help="folder searched for classpath:/ descriptor imports (repeatable)")
     sv.add_argument("--consumer-network", action="append", metavar="CIDR",

@@ -212,7 +212,7 @@ class Engine:
         hv = self.values(app, rows, comp)
         attrs = hv.attributes(node, lenient) if node is not None else {}
         return Target(app.id, comp.path, comp.type, attrs, comp.host or "", values=hv.property,
-                      user=self.accounts(app.owner))
+                      user=self.accounts(app.owner), generation=app.generation)
 
     # -- the work loop ------------------------------------------------------------------------
     def _work_loop(self) -> None:
@@ -417,13 +417,29 @@ class Engine:
                 jobs_of = [(item, target, comp.pid, comp.pid_start) for item, target, comp in group]
                 many = getattr(runner, action + "_many", None)
                 if many is not None:
-                    many(jobs_of, keep, report)
+                    self._many(batch, many, jobs_of, keep, report)
                 else:          # a runner that does one at a time (another portal's)
                     for item, target, pid, pid_start in jobs_of:
                         self._one(batch, item, report, lambda: getattr(runner, action)(
                             target, pid, pid_start, keep))
             else:
                 report([(item, Outcome("failed", "unknown action %s" % action)) for item, _, _ in group])
+
+    def _many(self, batch: "_Batch", many, jobs_of: list, keep, report) -> None:
+        """A runner's batch action. One that cannot go on (``Later``: its engine, a Slurm
+        controller, does not answer) has the items it did not report asked again later."""
+        told: set[int] = set()
+
+        def seen(pairs: list) -> None:
+            told.update(item.id for item, _ in pairs)
+            report(pairs)
+        try:
+            many(jobs_of, keep, seen)
+        except Later as e:
+            for item, *_ in jobs_of:
+                if item.id not in told:
+                    self._later(item, e.delay)
+                    batch.held.discard(item.id)
 
     def _one(self, batch: "_Batch", item: queue.Item, report, act: Callable[[], Outcome]) -> None:
         """One item's action. A runner that cannot finish it yet (``Later``: a remote host
