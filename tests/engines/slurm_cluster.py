@@ -160,7 +160,10 @@ class SlurmCluster:
                               timeout=timeout, check=check)
 
     def scontrol(self, *args: str) -> str:
-        return self.run("scontrol", *args).stdout
+        done = self.run("scontrol", *args, check=False)
+        if done.returncode:
+            raise RuntimeError("scontrol %s: %s" % (" ".join(args), done.stderr.strip()))
+        return done.stdout
 
     def squeue_ids(self) -> list[str]:
         out = self.run("squeue", "-h", "-o", "%i", check=False).stdout
@@ -216,7 +219,7 @@ class SlurmCluster:
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
             "KillWait=%d" % self.kill_wait,
             "SlurmdTimeout=%d" % self.slurmd_timeout,
-            "ReturnToService=2",
+            "ReturnToService=1",       # (2 returns an admin-downed node at once)
             "MinJobAge=300",
             "MpiDefault=none",
             "TopologyPlugin=topology/tree",

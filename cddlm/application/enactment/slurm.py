@@ -276,10 +276,11 @@ class SlurmRunner:
                 return Outcome("running", **base)
             if state["running"] is None:
                 state["running"] = time.monotonic()
-                if "tcp" in ready and ":" not in str(ready["tcp"]):
+                if "tcp" in ready and ":" not in str(ready["tcp"]):     # a port of its node
                     ready["tcp"] = "%s:%s" % (self._address(), ready["tcp"])
-                if "tcp" in ready:
-                    base["runtime"]["ports"] = [int(str(ready["tcp"]).rpartition(":")[2])]
+            port = str(ready.get("tcp") or "").rpartition(":")[2]
+            if port.isdigit():      # the port it listens on, as its readiness found it
+                base["runtime"]["ports"] = [int(port)]
             problem = readiness(ready, workdir, self.settings.probe_networks, follower)
             if problem is None:
                 return Outcome("running", **base)
@@ -299,7 +300,8 @@ class SlurmRunner:
         reason = None
         if job.state == "NODE_FAIL":
             try:
-                reason = str((self.slurm.nodes().get(job.node or self.node) or {}).get("reason") or "")
+                node = self.slurm.nodes(fresh=True).get(job.node or self.node) or {}
+                reason = str(node.get("reason") or "") or None
             except SlurmUnavailable:
                 reason = None
         out = ended(job, reason)
