@@ -208,12 +208,12 @@ class Portal:
             if sec.run_as:
                 _check_reachable(settings.hosts_root)
             self._open_store(settings)
+            self.hosts = load_hosts(settings)
         except BaseException:
             self.state.release()
             raise
         scheme = "https" if settings.tls_cert else "http"
         self.url = settings.public_url or "%s://%s:%d" % (scheme, settings.host, settings.port)
-        self.hosts = load_hosts(settings)
         # hosts whose agent is another portal: a remote runner each, and a monitor of them all
         make_portal = agent_clients.factory(settings)
         callback = lambda: settings.agent_callback_url or self.url  # noqa: E731

@@ -94,3 +94,43 @@ def test_the_comment_says_whose_job_it_is():
     comment = job_comment("urn:uuid:1", 3, "web/a b")
     assert _comment_fields(comment) == {"app": "urn:uuid:1", "gen": "3", "path": "web/a b"}
     assert _comment_fields("someone else's job") == {}
+
+
+# -- Slurm not answering: no cluster needed -------------------------------------------------------
+def failing_slurm(folder, monkeypatch, said: str = "slurm_load_jobs error: Unable to contact slurm controller"):
+    """Slurm's commands, each failing as they do when the controller is away."""
+    for name in ("sbatch", "squeue", "scancel", "sinfo", "scontrol"):
+        path = folder / name
+        path.write_text("#!/bin/sh\necho '%s' >&2\nexit 1\n" % said)
+        path.chmod(0o755)
+    monkeypatch.setenv("SLURM_BIN", str(folder))
+
+
+def test_a_silent_controller_defers_starts_and_stops_and_fails_nothing(tmp_path, monkeypatch):
+    from cddlm.application.enactment.local import Later, Target
+    from cddlm.application.enactment.slurm import SlurmRunner
+    from cddlm.application.enactment.slurmctl import Slurm
+    from cddlm.application.hosts import Host
+    from cddlm.config import Settings
+    failing_slurm(tmp_path, monkeypatch)
+    runner = SlurmRunner(Host("n1", "slurm"), Slurm(timeout=5), str(tmp_path / "n1"), Settings())
+    t = Target("urn:uuid:x", "w", "process", {"argv": ["sleep", "1"]}, "n1")
+    assert runner.node == "n1"
+    for many in (runner.start_many, runner.stop_many):
+        with pytest.raises(Later, match="Unable to contact slurm controller"):
+            many([(1, t, 5, "slurm:100")], lambda: None, lambda pairs: None)
+    assert runner.check(t, 5, "slurm:100") is None      # silence is not the job's failure
+
+
+def test_a_portal_on_no_slurm_says_what_is_missing(tmp_path, monkeypatch):
+    from cddlm.app import Portal
+    from cddlm.config import Settings
+    from cddlm.errors import ConfigurationError
+    (tmp_path / "bin").mkdir()
+    failing_slurm(tmp_path / "bin", monkeypatch)
+    with pytest.raises(ConfigurationError, match="--datacenter slurm: cannot read the cluster: "
+                                                 "scontrol failed .*Unable to contact"):
+        Portal(Settings(state_dir=str(tmp_path / "state"), datacenter_file="slurm:"))
+    monkeypatch.setenv("SLURM_BIN", str(tmp_path / "empty"))
+    with pytest.raises(ConfigurationError, match="must be a Slurm submit host"):
+        Portal(Settings(state_dir=str(tmp_path / "state2"), datacenter_file="slurm:"))

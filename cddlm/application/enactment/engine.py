@@ -425,19 +425,20 @@ class Engine:
             else:
                 report([(item, Outcome("failed", "unknown action %s" % action)) for item, _, _ in group])
 
-    def _many(self, batch: "_Batch", many, jobs_of: list, keep, report) -> None:
-        """A runner's batch action. One that cannot go on (``Later``: its engine, a Slurm
-        controller, does not answer) has the items it did not report asked again later."""
-        told: set[int] = set()
+    def _many(self, batch: "_Batch", many: Callable, jobs: list[tuple], keep, report) -> None:
+        """A runner's batch call (``deploy_many``, ``start_many``, ``stop_many``). One that
+        cannot go on yet (``Later``: its host does not answer) has the items it did not
+        report asked again later, holding no worker meanwhile."""
+        reported: set[int] = set()
 
         def seen(pairs: list) -> None:
-            told.update(item.id for item, _ in pairs)
+            reported.update(item.id for item, _ in pairs)
             report(pairs)
         try:
-            many(jobs_of, keep, seen)
+            many(jobs, keep, seen)
         except Later as e:
-            for item, *_ in jobs_of:
-                if item.id not in told:
+            for item, *_ in jobs:
+                if item.id not in reported and item.id in batch.held:
                     self._later(item, e.delay)
                     batch.held.discard(item.id)
 

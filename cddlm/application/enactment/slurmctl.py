@@ -2,7 +2,8 @@
 ``squeue --json`` (every job, one call per sweep shared by all of a portal's Slurm hosts),
 ``sinfo --json`` (the nodes), ``scancel`` and ``scontrol show topology``.
 
-The portal's machine must be a submit host: the commands on ``PATH`` (or in ``SLURM_BIN``),
+The portal's machine must be a submit host: the commands on ``PATH`` (or in the folder
+``SLURM_BIN`` names),
 ``SLURM_CONF`` honoured, munge running. Nothing is installed on the nodes. (pyslurm and
 slurmrestd were tried and do not work with Debian's Slurm 22.05: ../shared/notes/engines.md.)
 
@@ -88,7 +89,7 @@ class Slurm:
     # -- running commands -----------------------------------------------------------------------
     def _command(self, name: str) -> str:
         folder = os.environ.get("SLURM_BIN")
-        found = os.path.join(folder, name) if folder else shutil.which(name)
+        found = shutil.which(name, path=folder) if folder else shutil.which(name)
         if not found:
             raise SlurmUnavailable("the Slurm command %s is not on PATH: the portal's machine must "
                                    "be a Slurm submit host" % name)
