@@ -250,8 +250,42 @@ class SlurmCluster:
 
 
 def main() -> int:
-    """``make slurm-cluster``: a cluster and a front portal on it until Ctrl-C."""
-    raise SystemExit("not yet")
+    """``make slurm-cluster``: a Slurm cluster in namespaces and a portal on it (``--datacenter
+    slurm:``) until Ctrl-C; the portal's other options may follow."""
+    import argparse
+    import tempfile
+    parser = argparse.ArgumentParser(description=main.__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=3)
+    parser.add_argument("--switches", type=int, default=2, help="leaf switches (topology.conf)")
+    parser.add_argument("--cpus", type=int, default=64, help="CPUs each node declares")
+    parser.add_argument("--port", type=int, default=int(os.environ.get("FRONT_PORT", "8080")))
+    parser.add_argument("--dir", help="folder of the cluster's files (default: a new one in /tmp)")
+    args, rest = parser.parse_known_args()
+    folder = Path(args.dir or tempfile.mkdtemp(prefix="cddlm-slurm-"))
+    try:
+        cluster = SlurmCluster(folder, nodes=args.nodes, switches=args.switches, cpus=args.cpus,
+                               features={"n1": ["db"]}).__enter__()
+    except pytest.skip.Exception as e:
+        print("cannot start a Slurm cluster: %s" % e, file=sys.stderr)
+        return 1
+    print("Slurm nodes: %s (slurmctld on %s)\nSLURM_CONF=%s\nfolder: %s" % (
+        ", ".join(cluster.nodes), cluster.netns.gateway, cluster.conf, folder), file=sys.stderr)
+    portal = subprocess.Popen([sys.executable, "-m", "cddlm.cli", "portal", "serve", "--port",
+                               str(args.port), "--state-dir", str(folder / "portal"),
+                               "--datacenter", "slurm:", *rest], env=cluster.env)
+
+    def interrupted(*_):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, interrupted)       # (a background job inherits it ignored)
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        portal.wait()
+    except KeyboardInterrupt:
+        portal.send_signal(signal.SIGINT)
+        portal.wait(30)
+    finally:
+        cluster.close()
+    return 0
 
 
 if __name__ == "__main__":
