@@ -346,21 +346,18 @@ class Portal:
 
     def check_agents(self) -> None:
         """One round of the host monitor; a host just marked down fails its components now."""
-        try:
-            went_down, came_up = self.agents.check()
-        except StoreUnavailable as e:
-            log.warning("host monitor skipped: %s", e)
-            return
-        for host in went_down + came_up:
-            self.engine.check_all(host)
+        self._hosts_round(self.agents.check, "host monitor")
 
     def check_slurm_nodes(self) -> None:
         """One round of the Slurm node monitor; a host just marked down fails its components
         now (and their jobs are cancelled)."""
+        self._hosts_round(self.slurm_nodes.check, "Slurm node monitor")
+
+    def _hosts_round(self, check: Callable[[], tuple[list[str], list[str]]], name: str) -> None:
         try:
-            went_down, came_up = self.slurm_nodes.check()
+            went_down, came_up = check()
         except StoreUnavailable as e:
-            log.warning("Slurm node monitor skipped: %s", e)
+            log.warning("%s skipped: %s", name, e)
             return
         for host in went_down + came_up:
             self.engine.check_all(host)

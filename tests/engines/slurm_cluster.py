@@ -59,13 +59,14 @@ def _free_port(host: str) -> int:
 class SlurmCluster:
     def __init__(self, folder: Path, nodes: int = 3, cpus: int = 64, memory: int = 4000,
                  features: dict[str, list[str]] | None = None, switches: int = 1,
-                 slurmd_timeout: int = 20, kill_wait: int = 5):
+                 slurmd_timeout: int = 20, kill_wait: int = 5, extra: tuple[str, ...] = ()):
         self.folder = Path(folder)
         self.n = nodes
         self.cpus, self.memory = cpus, memory
         self.features = features or {}
         self.switches = switches
         self.slurmd_timeout, self.kill_wait = slurmd_timeout, kill_wait
+        self.extra = list(extra)       # more slurm.conf lines
         self.nodes = ["n%d" % i for i in range(1, nodes + 1)]
         self.netns: Cluster | None = None
         self.procs: dict[str, subprocess.Popen] = {}
@@ -79,6 +80,13 @@ class SlurmCluster:
             pytest.skip("a Slurm test cluster cannot run here: %s" % reason)
         try:
             self.netns = Cluster(self.n, prefix="n").__enter__()
+            for host in self.netns.hosts:
+                # slurmd looks names up (its node's, the controller's) in DNS: through a
+                # default route that goes nowhere (this machine forwards nothing) each lookup
+                # waits for its timeouts and a job starts a minute late; with no route at all
+                # it fails at once
+                subprocess.run(["ip", "-n", host.name, "route", "del", "default"], check=False,
+                               capture_output=True)
             self.folder.mkdir(parents=True, exist_ok=True)
             self._write_config()
             self._start_munged()
@@ -95,7 +103,7 @@ class SlurmCluster:
         self.close()
 
     def close(self) -> None:
-        # slurmds first (they kill their jobs' processes when stopped? no: cancel jobs first)
+        # the jobs first, while the controller can still reach their nodes; then the daemons
         with contextlib.suppress(Exception):
             if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:
                 subprocess.run(["scancel", "--full", "--user", str(os.getuid())], env=self.env,
@@ -193,6 +201,8 @@ class SlurmCluster:
         f = self.folder
         for sub in ("state", "spool", "log"):
             (f / sub).mkdir(exist_ok=True)
+        for node in self.nodes:     # slurmd makes no spool folder of its own
+            (f / "spool" / node).mkdir(exist_ok=True)
         gateway = self.netns.gateway
         port = _free_port(gateway)
         lines = [
@@ -230,6 +240,7 @@ class SlurmCluster:
                 node, self.netns.hosts[i].address, self.cpus, self.memory,
                 " Features=%s" % ",".join(feats) if feats else ""))
         lines.append("PartitionName=main Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+        lines.extend(self.extra)
         self.conf.write_text("\n".join(lines) + "\n")
         (f / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\nCgroupMountpoint=/sys/fs/cgroup\n"
                                        "ConstrainCores=no\nConstrainRAMSpace=no\n")

@@ -3,10 +3,10 @@
 
 Placement is the portal's (its solver chose the host); Slurm is told exactly where: ``sbatch
 --parsable -w NODE -J <stable name> --comment <app, generation, path> -o/-e <the component's
-logs> --no-requeue --export=NONE``, with the component's ``cpu`` and ``memory`` (MiB) demands as
-``--cpus-per-task`` and ``--mem``. The job's script, given on sbatch's standard input, sets the
-component's environment and ``exec``s its argv, so the job is the process and its signals are
-the process's.
+logs> --no-requeue``, with the component's ``cpu`` and ``memory`` (MiB) demands as
+``--cpus-per-task`` and ``--mem``. sbatch runs with the component's environment, which the job
+gets; its script, given on sbatch's standard input, ``exec``s the component's argv, so the job
+is the process and its signals are the process's.
 
 Identity: a job's id is recorded as the component's pid, and its submit time as the pid's start
 time (``slurm:<time>``: no process of this machine ever matches it). A start looks before it
@@ -221,20 +221,17 @@ class SlurmRunner:
         env = self.files._env(t, workdir)
         env.update(CDDLM_HOST=self.host, CDDLM_NODE=self.node)
         cwd = self.files._cwd(t, workdir)
-        script = "#!/bin/sh\n%s\nexec %s\n" % (
-            "\n".join("export %s=%s" % (k, shlex.quote(v)) for k, v in sorted(env.items())
-                      if k.isidentifier()),
-            " ".join(shlex.quote(str(a)) for a in t.attributes["argv"]))
+        script = "#!/bin/sh\nexec %s\n" % " ".join(shlex.quote(str(a)) for a in t.attributes["argv"])
         options = ["-w", self.node, "-J", job_name(t.app_id, t.path),
                    "--comment", job_comment(t.app_id, t.generation, t.path),
                    "-o", os.path.join(workdir, "stdout.log"), "-e", os.path.join(workdir, "stderr.log"),
-                   "--open-mode=append", "--no-requeue", "--export=NONE", "--chdir", cwd]
+                   "--open-mode=append", "--no-requeue", "--chdir", cwd]
         demand = t.attributes.get("demand") or {}
         if demand.get("cpu"):
             options.append("--cpus-per-task=%d" % max(1, -(-float(demand["cpu"]) // 1)))
         if demand.get("memory"):
             options.append("--mem=%dM" % max(1, -(-float(demand["memory"]) // 1)))
-        return self.slurm.submit(script, options)
+        return self.slurm.submit(script, options, env)
 
     def _starting(self, t: Target, job_id: int) -> "_Wait":
         """Wait for the job to run (failing it after ``slurm_pending_timeout`` in the queue),

@@ -95,11 +95,11 @@ class Slurm:
                                    "be a Slurm submit host" % name)
         return found
 
-    def run(self, argv: list[str], stdin: str | None = None) -> str:
+    def run(self, argv: list[str], stdin: str | None = None, env: dict | None = None) -> str:
         name = argv[0]
         self.calls[name] = self.calls.get(name, 0) + 1
         try:
-            done = subprocess.run([self._command(name)] + argv[1:], input=stdin, env=self.env,
+            done = subprocess.run([self._command(name)] + argv[1:], input=stdin, env=env or self.env,
                                   capture_output=True, text=True, timeout=self.timeout)
         except subprocess.TimeoutExpired:
             raise SlurmUnavailable("%s gave no answer in %g s" % (name, self.timeout)) from None
@@ -146,9 +146,17 @@ class Slurm:
         with self._lock:
             self._jobs = None
 
-    def submit(self, script: str, options: list[str]) -> int:
-        """``sbatch --parsable OPTIONS`` with ``script`` on its standard input: the job id."""
-        out = self.run(["sbatch", "--parsable"] + options, stdin=script)
+    def submit(self, script: str, options: list[str], env: dict[str, str]) -> int:
+        """``sbatch --parsable OPTIONS`` with ``script`` on its standard input: the job id.
+        The job's environment is ``env`` (and the ``SLURM_*``/``SBATCH_*`` settings of the
+        portal's own): sbatch runs with exactly that and exports all of it. (``--export=NONE``
+        or a list would have slurmd load the account's login environment with ``su -``, which
+        costs a login shell per job, and hangs where a login does.)"""
+        environment = {k: v for k, v in (self.env or os.environ).items()
+                       if k.startswith(("SLURM_", "SBATCH_"))}
+        environment.update(env)
+        out = self.run(["sbatch", "--parsable", "--export=ALL"] + options, stdin=script,
+                       env=environment)
         self.forget()
         first = out.strip().split(";", 1)[0]
         if not first.isdigit():
