@@ -89,7 +89,8 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
                                 agent_callback_url=args.agent_callback,
                                 fence_seconds=args.fence_seconds,
                                 slurm_timeout=args.slurm_timeout,
-                                slurm_pending_timeout=args.slurm_pending_timeout)
+                                slurm_pending_timeout=args.slurm_pending_timeout,
+                                slurm_submits=args.slurm_submits)
     if args.consumer_network:
         settings = settings.replace(consumer_networks=tuple(args.consumer_network))
     if args.probe_network:
@@ -223,6 +224,8 @@ def register(sub) -> None:
     sv.add_argument("--slurm-pending-timeout", type=float, default=300.0, metavar="S",
                     help="a component's Slurm job still queued after S seconds fails its start "
                          "(default 300)")
+    sv.add_argument("--slurm-submits", type=int, default=4, metavar="N",
+                    help="sbatch commands one batch of starts runs at once (default 4)")
     sv.add_argument("--import-path", action="append", metavar="DIR",
                     help="folder searched for classpath:/ descriptor imports (repeatable)")
     sv.add_argument("--consumer-network", action="append", metavar="CIDR",

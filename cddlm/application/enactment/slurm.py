@@ -33,6 +33,7 @@ import logging
 import os
 import shlex
 import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import Any, Callable, Iterable
 
 from sqlalchemy import select
@@ -146,7 +147,7 @@ class SlurmRunner:
         """The application is destroyed: cancel any job of it left on this node (one whose
         start was never recorded), then remove its files."""
         try:
-            jobs, _ = self.slurm.jobs(fresh=True)
+            jobs, _ = self.slurm.jobs(since=time.monotonic())
             left = [j.id for j in jobs.values() if j.live and self._ours(j)
                     and _comment_fields(j.comment).get("app") == app_id]
             self.slurm.cancel(left)
@@ -202,19 +203,49 @@ class SlurmRunner:
         if others:
             self.files.start_many(others, keep_lease, report)
         mine = [j for j in jobs if j[1].type == "process"]
+        if not mine:
+            return
         try:
-            _run_all(mine, self._begin_start, keep_lease, report)
+            # one look for the whole batch: what an earlier, interrupted start submitted is
+            # there; what this batch submits it knows (a look per submit cost O(N^2))
+            seen, _ = self.slurm.jobs(since=time.monotonic())
+            ids = self._submit_all(mine, seen, keep_lease, report)
         except SlurmUnavailable as e:
             raise Later(2.0, str(e)) from None
+        _run_all([(key, t, ids[n]) for n, (key, t, _, _) in enumerate(mine) if n in ids],
+                 self._starting, keep_lease, report)
 
-    def _begin_start(self, t: Target, known_id: int | None, known_start: str | None) -> "Outcome | _Wait":
-        if t.user:
-            return Outcome("failed", "components on Slurm hosts run as the portal's user: "
-                                     "--run-as is not supported there (host %s)" % self.host)
-        jobs, _ = self.slurm.jobs()
-        job = self._find(t, known_id, known_start, jobs)
-        job_id = job.id if job is not None else self._submit(t)
-        return self._starting(t, job_id)
+    def _submit_all(self, mine: list[tuple], seen: dict[int, Job], keep_lease: Callable[[], None],
+                    report: Report) -> dict[int, int]:
+        """Each component's job (by its place in ``mine``): its live job in ``seen``, or one
+        submitted now, ``Settings.slurm_submits`` at once. ``SlurmUnavailable`` once the others
+        are done when one could not be submitted (the retry finds those that were)."""
+        ids: dict[int, int] = {}
+        todo: list[tuple[int, Target]] = []
+        for n, (key, t, known_id, known_start) in enumerate(mine):
+            if t.user:
+                report([(key, Outcome("failed", "components on Slurm hosts run as the portal's "
+                                                "user: --run-as is not supported there (host %s)"
+                                      % self.host))])
+                continue
+            job = self._find(t, known_id, known_start, seen)
+            if job is not None:
+                ids[n] = job.id
+            else:
+                todo.append((n, t))
+        failed: SlurmUnavailable | None = None
+        with ThreadPoolExecutor(max(1, self.settings.slurm_submits),
+                                thread_name_prefix="cddlm-sbatch") as pool:
+            futures = {pool.submit(self._submit, t): n for n, t in todo}
+            for done in as_completed(futures):
+                try:
+                    ids[futures[done]] = done.result()
+                except SlurmUnavailable as e:
+                    failed = e
+                keep_lease()
+        if failed is not None:
+            raise failed
+        return ids
 
     def _submit(self, t: Target) -> int:
         workdir = self.files._make_dirs(t, None)
@@ -344,7 +375,10 @@ class SlurmRunner:
         if others:
             self.files.stop_many(others, keep_lease, report)
         try:
-            live, _ = self.slurm.jobs(fresh=True)
+            # a recent look will do, unless a job to stop may be newer than it
+            live, top = self.slurm.jobs()
+            if any(not job_id or job_id > top for _, t, job_id, _ in jobs if t.type == "process"):
+                live, top = self.slurm.jobs(since=time.monotonic())
             found: list[tuple[Any, Job | None, str, float]] = []
             for key, t, job_id, started in jobs:
                 if t.type != "process":

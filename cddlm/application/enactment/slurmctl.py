@@ -8,8 +8,8 @@ The portal's machine must be a submit host: the commands on ``PATH`` (or in the 
 slurmrestd were tried and do not work with Debian's Slurm 22.05: ../shared/notes/engines.md.)
 
 A command that cannot be run, times out or fails is ``SlurmUnavailable`` with what it said;
-answers that are not the JSON expected are too. Snapshots are shared for ``ttl`` seconds and
-dropped after a submit or a cancel, so that the next look sees what changed.
+answers that are not the JSON expected are too. A snapshot of the jobs is shared (``jobs``); a
+job newer than the snapshot has a higher id than every job in it, so its absence means nothing.
 """
 
 from __future__ import annotations
@@ -82,9 +82,10 @@ class Slurm:
         self.ttl = ttl
         self.env = env
         self._lock = threading.Lock()
+        self._fetching = threading.Lock()       # one squeue at a time; the others share it
+        self._took = 0.0                        # seconds the last squeue (and its JSON) took
         self._jobs: tuple[float, dict[int, Job], int] | None = None   # (when, by id, highest id)
         self._nodes: tuple[float, dict[str, dict]] | None = None
-        self.calls: dict[str, int] = {}       # command -> times run (the tests count squeues)
 
     # -- running commands -----------------------------------------------------------------------
     def _command(self, name: str) -> str:
@@ -97,7 +98,6 @@ class Slurm:
 
     def run(self, argv: list[str], stdin: str | None = None, env: dict | None = None) -> str:
         name = argv[0]
-        self.calls[name] = self.calls.get(name, 0) + 1
         try:
             done = subprocess.run([self._command(name)] + argv[1:], input=stdin, env=env or self.env,
                                   capture_output=True, text=True, timeout=self.timeout)
@@ -125,26 +125,30 @@ class Slurm:
         return items
 
     # -- jobs -----------------------------------------------------------------------------------
-    def jobs(self, fresh: bool = False) -> tuple[dict[int, Job], int]:
-        """Every job Slurm knows (one ``squeue --json``, shared for ``ttl`` seconds) and the
-        highest job id among them: a job with a higher id may be newer than the snapshot."""
-        with self._lock:
-            if not fresh and self._jobs is not None and time.monotonic() - self._jobs[0] < self.ttl:
-                return self._jobs[1], self._jobs[2]
-        raw = self._json(["squeue", "--json"], "jobs")
-        try:
-            jobs = {j.id: j for j in map(Job.of, raw)}
-        except (KeyError, TypeError, ValueError) as e:
-            raise SlurmUnavailable("squeue --json: a job without %s" % e) from None
-        top = max(jobs, default=0)
-        with self._lock:
-            self._jobs = (time.monotonic(), jobs, top)
-        return jobs, top
-
-    def forget(self) -> None:
-        """The next look reads Slurm again (after a submit or a cancel)."""
-        with self._lock:
-            self._jobs = None
+    def jobs(self, since: float | None = None) -> tuple[dict[int, Job], int]:
+        """Every job Slurm knows and the highest job id among them (a job with a higher id may
+        be newer than the snapshot). One ``squeue --json`` serves every caller: for ``ttl``
+        seconds, and at least three times as long as it took (1,000 jobs are 3.5 MB of JSON:
+        a busy controller is not asked over and over), or, given ``since`` (a
+        ``time.monotonic()``), any snapshot begun after then; callers that come while one is
+        being read wait for it."""
+        with self._fetching:
+            with self._lock:
+                if self._jobs is not None:
+                    begun, jobs, top = self._jobs
+                    if (begun >= since) if since is not None else \
+                            time.monotonic() - begun < max(self.ttl, 3 * self._took):
+                        return jobs, top
+            begun = time.monotonic()
+            raw = self._json(["squeue", "--json"], "jobs")
+            try:
+                jobs = {j.id: j for j in map(Job.of, raw)}
+            except (KeyError, TypeError, ValueError) as e:
+                raise SlurmUnavailable("squeue --json: a job without %s" % e) from None
+            top = max(jobs, default=0)
+            with self._lock:
+                self._jobs, self._took = (begun, jobs, top), time.monotonic() - begun
+            return jobs, top
 
     def submit(self, script: str, options: list[str], env: dict[str, str]) -> int:
         """``sbatch --parsable OPTIONS`` with ``script`` on its standard input: the job id.
@@ -157,7 +161,6 @@ class Slurm:
         environment.update(env)
         out = self.run(["sbatch", "--parsable", "--export=ALL"] + options, stdin=script,
                        env=environment)
-        self.forget()
         first = out.strip().split(";", 1)[0]
         if not first.isdigit():
             raise SlurmUnavailable("sbatch answered %r, not a job id" % out[:200])
@@ -169,7 +172,6 @@ class Slurm:
             return
         argv = ["scancel"] + (["--signal=" + signal, "--batch"] if signal else [])
         self.run(argv + [str(i) for i in sorted(set(ids))])
-        self.forget()
 
     # -- nodes ----------------------------------------------------------------------------------
     def nodes(self, fresh: bool = False) -> dict[str, dict]:
