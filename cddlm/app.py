@@ -220,10 +220,13 @@ class Portal:
         # hosts whose agent is a Slurm node: one client of the cluster shared by their runners
         self.slurm = Slurm(settings.slurm_timeout, ttl=min(0.5, settings.liveness_interval / 2))
 
+        # one runner for the whole cluster: the engine gives it all the nodes' shares at once
+        self.slurm_runner = slurm.SlurmRunner(self.slurm, os.path.join(settings.hosts_root,
+                                                                       slurm.AGENT), settings)
+
         def remote(h):
             if slurm.is_slurm_agent(h.agent):
-                return slurm.SlurmRunner(h, self.slurm, h.workdir or os.path.join(
-                    settings.hosts_root, h.name), settings)
+                return self.slurm_runner.add(h)
             return RemoteRunner(h, self.store, settings, make_portal, clock, callback)
         read = Loader.for_portal(settings)     # a delegate's descriptor file, as initialize reads one
         delegate = lambda url: DelegateRunner(url, self.store, settings, make_portal,  # noqa: E731
@@ -234,7 +237,7 @@ class Portal:
         for runner in remotes.values():     # lazy references between hosts resolve through them
             runner.peers = remotes
         self.agents = Agents(self.store, settings, remotes, clock) if remotes else None
-        nodes = {n: r.node for n, r in self.engine.runners.items() if isinstance(r, slurm.SlurmRunner)}
+        nodes = self.slurm_runner.nodes
         self.slurm_nodes = slurm.SlurmNodes(self.store, self.slurm, nodes, clock) if nodes else None
         self.engine.accounts = Accounts(sec.run_as, self.users.account if self.users else lambda _: None)
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)

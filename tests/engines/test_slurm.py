@@ -187,7 +187,7 @@ def test_the_cluster_is_the_datacenter_and_slurm_runs_what_the_solver_placed_whe
 
 
 def test_a_start_repeated_after_a_crash_adopts_the_job_it_finds(slurm, tmp_path):
-    runner = SlurmRunner(Host("n2", "slurm:n2"), Slurm(), str(tmp_path / "n2"), Settings())
+    runner = SlurmRunner(Slurm(), str(tmp_path / "slurm"), Settings()).add(Host("n2", "slurm:n2"))
     t = Target("urn:uuid:%s" % uuid.uuid4(), "w", "process", {"argv": ["sleep", "600"]}, "n2",
                generation=1)
     assert runner.deploy(t).event == "deployed"

@@ -113,9 +113,9 @@ def test_a_silent_controller_defers_starts_and_stops_and_fails_nothing(tmp_path,
     from cddlm.application.hosts import Host
     from cddlm.config import Settings
     failing_slurm(tmp_path, monkeypatch)
-    runner = SlurmRunner(Host("n1", "slurm"), Slurm(timeout=5), str(tmp_path / "n1"), Settings())
+    runner = SlurmRunner(Slurm(timeout=5), str(tmp_path / "slurm"), Settings()).add(Host("n1", "slurm"))
     t = Target("urn:uuid:x", "w", "process", {"argv": ["sleep", "1"]}, "n1")
-    assert runner.node == "n1"
+    assert runner.node("n1") == "n1"
     for many in (runner.start_many, runner.stop_many):
         with pytest.raises(Later, match="Unable to contact slurm controller"):
             many([(1, t, 5, "slurm:100")], lambda: None, lambda pairs: None)

@@ -741,7 +741,9 @@ class Engine:
     def remove_app_files(self, app_id: str) -> None:
         with self._trees_lock:
             self._trees.forget(app_id)
-        for runner in list(self.runners.values()) + list(self.delegates.values()):
+        # each runner once (one may serve several hosts: a Slurm cluster's)
+        for runner in {id(r): r for r in list(self.runners.values())
+                       + list(self.delegates.values())}.values():
             runner.remove_app(app_id)
 
 

@@ -16,9 +16,10 @@ same way. Liveness reads one ``squeue --json`` per sweep for every job of every 
 (``slurmctl.Slurm`` shares it). Stopping sends the component's signal to the batch step
 (``scancel --signal=SIG --batch``), and cancels the job after its grace.
 
-Logs are the job's output files, in the component's directory under the portal's hosts
-directory (``--hosts-dir``, or the host's ``workdir`` in the datacenter): that folder must be
-on a filesystem both the portal and the nodes reach at the same path. Files and probes are the
+One runner serves every host of the cluster, so the engine hands it a batch's components on
+all nodes at once. Logs are the job's output files, in the component's directory under
+``HOSTS_DIR/slurm`` (``--hosts-dir``): that folder must be on a filesystem both the portal and
+the nodes reach at the same path. Files and probes are the
 local runner's (the portal writes the files there, and probes from where it runs).
 
 Node failures: the host monitor (``SlurmNodes``) marks a host down when its node is ``DOWN``
@@ -121,17 +122,26 @@ def _signal_name(number: int) -> str:
 
 
 class SlurmRunner:
-    """The components of one host (one Slurm node)."""
+    """The components of every host of one Slurm cluster (each host a node): one runner, so
+    that the engine hands it a whole batch, all nodes' shares, at once (one look, one cancel per
+    signal, one wait). Their files are in one folder (``root``), on the shared filesystem."""
 
     remote = False      # attributes are resolved here, as for a local host
 
-    def __init__(self, host: Host, slurm: Slurm, root: str, settings: Settings):
-        self.host = host.name
-        self.node = node_of(host)
+    def __init__(self, slurm: Slurm, root: str, settings: Settings):
         self.slurm = slurm
         self.settings = settings
-        self.files = LocalRunner(host.name, root, settings)   # directories, logs, files, probes
+        self.nodes: dict[str, str] = {}         # host name -> its node
+        self.files = LocalRunner(AGENT, root, settings)   # directories, logs, files, probes
         self.uid = os.getuid()
+
+    def add(self, host: Host) -> "SlurmRunner":
+        """Run the components of ``host`` too (on its node)."""
+        self.nodes[host.name] = node_of(host)
+        return self
+
+    def node(self, host: str) -> str:
+        return self.nodes.get(host, host)
 
     # -- places and logs: the local runner's, on the shared filesystem ---------------------------
     def component_dir(self, app_id: str, path: str) -> str:
@@ -144,21 +154,21 @@ class SlurmRunner:
         return self.files.log_read(*args, **kwargs)
 
     def remove_app(self, app_id: str) -> None:
-        """The application is destroyed: cancel any job of it left on this node (one whose
-        start was never recorded), then remove its files."""
+        """The application is destroyed: cancel any job of it left (one whose start was never
+        recorded), then remove its files."""
         try:
             jobs, _ = self.slurm.jobs(since=time.monotonic())
             left = [j.id for j in jobs.values() if j.live and self._ours(j)
                     and _comment_fields(j.comment).get("app") == app_id]
             self.slurm.cancel(left)
         except SlurmUnavailable as e:
-            log.warning("cannot look for jobs of %s left on node %s: %s", app_id, self.node, e)
+            log.warning("cannot look for jobs of %s left in Slurm: %s", app_id, e)
         self.files.remove_app(app_id)
 
     # -- finding a component's job ----------------------------------------------------------------
-    def _ours(self, job: Job) -> bool:
+    def _ours(self, job: Job, node: str | None = None) -> bool:
         return job.user_id == self.uid and job.name.startswith("cddlm-") and \
-            (job.node in ("", self.node))
+            (node is None or job.node in ("", node))
 
     def _find(self, t: Target, job_id: int | None, started: str | None,
               jobs: dict[int, Job]) -> Job | None:
@@ -170,7 +180,7 @@ class SlurmRunner:
         name = job_name(t.app_id, t.path)
         for job in jobs.values():
             fields = _comment_fields(job.comment)
-            if job.live and job.name == name and self._ours(job) and \
+            if job.live and job.name == name and self._ours(job, self.node(t.host)) and \
                     fields.get("app") == t.app_id and fields.get("path") == t.path:
                 return job
         return None
@@ -178,15 +188,19 @@ class SlurmRunner:
     # -- deploy -----------------------------------------------------------------------------------
     def deploy(self, t: Target) -> Outcome:
         if t.type != "process":
-            return self.files.deploy(t)
+            out = self.files.deploy(t)
+            if "host" in out.runtime:
+                out.runtime["host"] = t.host
+            return out
         if t.user:
             return Outcome("failed", "components on Slurm hosts run as the portal's user: "
-                                     "--run-as is not supported there (host %s)" % self.host)
+                                     "--run-as is not supported there (host %s)" % t.host)
         try:
             workdir = self.files._make_dirs(t, None)
         except OSError as e:
             return Outcome("failed", "cannot create the directory of %s: %s" % (t.path, e))
-        return Outcome("deployed", runtime={"workdir": workdir, "host": self.host, "node": self.node})
+        return Outcome("deployed", runtime={"workdir": workdir, "host": t.host,
+                                            "node": self.node(t.host)})
 
     # -- start ------------------------------------------------------------------------------------
     def start(self, t: Target, known_pid: int | None, known_start: str | None, keep_lease) -> Outcome:
@@ -226,7 +240,7 @@ class SlurmRunner:
             if t.user:
                 report([(key, Outcome("failed", "components on Slurm hosts run as the portal's "
                                                 "user: --run-as is not supported there (host %s)"
-                                      % self.host))])
+                                      % t.host))])
                 continue
             job = self._find(t, known_id, known_start, seen)
             if job is not None:
@@ -250,10 +264,11 @@ class SlurmRunner:
     def _submit(self, t: Target) -> int:
         workdir = self.files._make_dirs(t, None)
         env = self.files._env(t, workdir)
-        env.update(CDDLM_HOST=self.host, CDDLM_NODE=self.node)
+        node = self.node(t.host)
+        env.update(CDDLM_HOST=t.host, CDDLM_NODE=node)
         cwd = self.files._cwd(t, workdir)
         script = "#!/bin/sh\nexec %s\n" % " ".join(shlex.quote(str(a)) for a in t.attributes["argv"])
-        options = ["-w", self.node, "-J", job_name(t.app_id, t.path),
+        options = ["-w", node, "-J", job_name(t.app_id, t.path),
                    "--comment", job_comment(t.app_id, t.generation, t.path),
                    "-o", os.path.join(workdir, "stdout.log"), "-e", os.path.join(workdir, "stderr.log"),
                    "--open-mode=append", "--no-requeue", "--chdir", cwd]
@@ -271,6 +286,7 @@ class SlurmRunner:
         ready = dict(ready) if isinstance(ready, dict) and ready and not t.attributes.get(
             "run_to_completion") else None
         workdir = self.component_dir(t.app_id, t.path)
+        node = self.node(t.host)
         since = time.monotonic()
         state: dict[str, Any] = {"running": None}
         follower = None
@@ -290,12 +306,12 @@ class SlurmRunner:
                     return None     # newer than the snapshot
                 return Outcome("failed", "job %d vanished from Slurm before it ran" % job_id)
             base = dict(pid=job.id, pid_start=identity(job), runtime={
-                "job": job.id, "node": job.node or self.node, "host": self.host, "workdir": workdir})
+                "job": job.id, "node": job.node or node, "host": t.host, "workdir": workdir})
             if job.state in ("PENDING", "CONFIGURING", "REQUEUED"):
                 if time.monotonic() - since > self.settings.slurm_pending_timeout:
                     return wait.become(self._failing(job_id, Outcome(
                         "failed", "job %d still pending on node %s after %g s (%s)" % (
-                            job_id, self.node, self.settings.slurm_pending_timeout, job.reason),
+                            job_id, node, self.settings.slurm_pending_timeout, job.reason),
                         **base)))
                 return None
             if not job.live:
@@ -305,7 +321,7 @@ class SlurmRunner:
             if state["running"] is None:
                 state["running"] = time.monotonic()
                 if "tcp" in ready and ":" not in str(ready["tcp"]):     # a port of its node
-                    ready["tcp"] = "%s:%s" % (self._address(), ready["tcp"])
+                    ready["tcp"] = "%s:%s" % (self._address(node), ready["tcp"])
             port = str(ready.get("tcp") or "").rpartition(":")[2]
             if port.isdigit():      # the port it listens on, as its readiness found it
                 base["runtime"]["ports"] = [int(port)]
@@ -315,20 +331,20 @@ class SlurmRunner:
             if time.monotonic() - state["running"] > timeout:
                 return wait.become(self._failing(job_id, Outcome(
                     "failed", "not ready after %gs: %s (job %d on node %s)" % (
-                        timeout, problem, job_id, self.node), **base)))
+                        timeout, problem, job_id, node), **base)))
             return None
         wait = _Wait(poll, 0.1)
         return wait
 
-    def _address(self) -> str:
-        node = self.slurm.nodes().get(self.node) or {}
-        return str(node.get("address") or self.node)
+    def _address(self, node: str) -> str:
+        found = self.slurm.nodes().get(node) or {}
+        return str(found.get("address") or node)
 
     def _ended(self, job: Job, base: dict | None = None) -> Outcome:
         reason = None
         if job.state == "NODE_FAIL":
             try:
-                node = self.slurm.nodes(fresh=True).get(job.node or self.node) or {}
+                node = self.slurm.nodes(fresh=True).get(job.node) or {}
                 reason = str(node.get("reason") or "") or None
             except SlurmUnavailable:
                 reason = None
@@ -350,7 +366,7 @@ class SlurmRunner:
         try:
             jobs, top = self.slurm.jobs()
         except SlurmUnavailable as e:
-            log.info("cannot check the jobs of host %s: %s", self.host, e)
+            log.info("cannot check the jobs of host %s: %s", t.host, e)
             return None     # Slurm's silence is not the job's failure
         job = jobs.get(job_id)
         if job is None or (started and identity(job) != started):
@@ -440,7 +456,7 @@ class SlurmRunner:
             if time.monotonic() >= state["deadline"]:
                 if state["cancelled"]:
                     return stopped("job %d was cancelled; Slurm ends it on node %s when the "
-                                   "node answers" % (job_id, self.node))
+                                   "node answers" % (job_id, getattr(known["job"], "node", "?")))
                 try:
                     self.slurm.cancel([job_id])
                 except SlurmUnavailable:
