@@ -60,6 +60,9 @@ logging.getLogger("spyne.util.appreg").setLevel(logging.ERROR)
 def load_hosts(settings: Settings) -> Hosts:
     if not settings.datacenter_file:
         return Hosts.default()
+    if settings.datacenter_file.startswith("slurm:") and settings.datacenter_file != "slurm:":
+        raise ConfigurationError("--datacenter %s: write slurm: alone for the cluster this machine "
+                                 "submits to (SLURM_CONF chooses it)" % settings.datacenter_file)
     if settings.datacenter_file == "slurm:":     # the Slurm cluster this machine submits to
         try:
             return Hosts.from_datacenter(slurm.cluster_datacenter(settings))

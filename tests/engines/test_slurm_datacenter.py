@@ -131,6 +131,8 @@ def test_a_portal_on_no_slurm_says_what_is_missing(tmp_path, monkeypatch):
     with pytest.raises(ConfigurationError, match="--datacenter slurm: cannot read the cluster: "
                                                  "scontrol failed .*Unable to contact"):
         Portal(Settings(state_dir=str(tmp_path / "state"), datacenter_file="slurm:"))
+    with pytest.raises(ConfigurationError, match="write slurm: alone"):
+        Portal(Settings(state_dir=str(tmp_path / "state3"), datacenter_file="slurm:main"))
     monkeypatch.setenv("SLURM_BIN", str(tmp_path / "empty"))
     with pytest.raises(ConfigurationError, match="must be a Slurm submit host"):
         Portal(Settings(state_dir=str(tmp_path / "state2"), datacenter_file="slurm:"))
