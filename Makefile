@@ -1,11 +1,11 @@
-# The README's two commands. Both install into a local virtual environment first.
+# The README's two commands (and `make docs`). Each installs into a local virtual environment first.
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: serve test soak install clean cluster slurm-cluster
+.PHONY: serve test soak install clean cluster docs slurm-cluster
 
 install: $(STAMP)
 
@@ -36,5 +36,10 @@ cluster: install
 slurm-cluster: install
 	$(BIN)/python -m tests.engines.slurm_cluster $(ARGS)
 
+# the reference in docs/, as a site in site/ (a warning, such as a broken link, fails it)
+docs: install
+	$(BIN)/mkdocs build --strict --quiet
+	@echo "the docs are in site/ (open site/index.html)"
+
 clean:
-	rm -rf $(VENV) cddlm-state .pytest_cache
+	rm -rf $(VENV) cddlm-state .pytest_cache site

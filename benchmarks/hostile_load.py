@@ -16,6 +16,14 @@ the RSGI bridge, no SOAP); the hostile requests answered, by fault; the portal's
 (VmHWM) before and after the attacks and the largest resident size of its XPath helpers
 (target: the portal under 300 MB). Figures are noisy on a shared machine: the ratio of the
 two p99s, measured in one run, is the useful one.
+
+Then the login floods of issue 27 (``--phase logins`` alone), against a second portal with a
+users file: a signed-in client (alice, her Basic credentials verified once) sends lookups on a
+keep-alive connection alone, then while, in turn, 32 clients send bad Basic logins at alice's
+account each from a new 127.x address, 64 clients send guesses at names of no one from 64
+places (a scrypt check each, until the check threads are busy), and 16 clients send about a
+megabyte of XML without credentials; each line prints her p50/p99/max beside the 500 ms
+target, and what the attackers got (HTTP statuses).
 """
 
 from __future__ import annotations
@@ -109,11 +117,73 @@ def attacks(portal, fifo: Path) -> list[tuple[str, bytes]]:
     return out
 
 
+def line(name: str, times: list[float]) -> str:
+    return "%-48s p50 %7.1f ms   p99 %7.1f ms   max %7.1f ms" % (
+        name, 1000 * percentile(times, 0.5), 1000 * percentile(times, 0.99), 1000 * max(times))
+
+
+def login_floods(count: int) -> None:
+    """The login floods of the module docstring."""
+    import base64
+    from tests.hostile.test_logins import LOOKUP, Flood, Users, megabyte_envelope
+    from tests.security import wire
+    from tests.security.conftest import make_users
+    tmp = Path(tempfile.mkdtemp(prefix="cddlm-logins-"))
+    users = Users(tmp, *make_users(tmp))
+    portal = users.portal()
+    alice = {"Authorization": "Basic " + base64.b64encode(b"alice:alice-secret-1").decode(),
+             "Content-Type": "text/xml; charset=utf-8"}
+    lookup = wire.envelope(LOOKUP)
+
+    def bystander() -> list[float]:
+        parts = urlsplit(portal.url)
+        conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+        times = []
+        for _ in range(count):
+            started = time.perf_counter()
+            conn.request("POST", parts.path, lookup, alice)
+            data = conn.getresponse().read()
+            times.append(time.perf_counter() - started)
+            assert b"NoSuchApplicationFault" in data, data[:300]
+        conn.close()
+        return times
+
+    def bad_login(i: int, k: int):
+        return {"Authorization": "Basic " + base64.b64encode(b"alice:guess-%d-%d" % (i, k)).decode()}, lookup
+
+    def no_one(i: int, k: int):
+        return {"Authorization": "Basic " + base64.b64encode(b"nobody-%d-%d:guess" % (i, k)).decode()}, lookup
+
+    megabyte = megabyte_envelope(0, 0)
+    floods = [("bad Basic logins, rotating 127.x (32 clients)", 32, "127.100", bad_login, True),
+              ("scrypt flood: 64 clients from 64 places", 64, "127.50", no_one, False),
+              ("1 MB without credentials (16 clients)", 16, "127.60", lambda i, k: megabyte, False)]
+    try:
+        bystander()                                   # warm up (and sign alice in)
+        print(line("signed-in lookup, alone", bystander()))
+        for name, clients, first, make, rotate in floods:
+            with Flood(portal, clients, first, make, rotate) as flood:
+                time.sleep(1.0)
+                times = bystander()
+            print(line("signed-in lookup, " + name, times) + "   (target p99 < 500 ms)")
+            print("%-48s %s" % ("  the attackers got (HTTP status: count)", dict(sorted(flood.statuses.items()))))
+    finally:
+        for p in users.portals:
+            p.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=300, help="good requests per phase")
     parser.add_argument("--hostile", type=int, default=16, help="hostile clients")
+    parser.add_argument("--phase", choices=("all", "issue16", "logins"), default="all",
+                        help="the attacks of issue 16, the login floods of issue 27, or both")
     args = parser.parse_args()
+    if args.phase != "issue16":
+        print("machine: %d cores, load average %.1f" % (os.cpu_count(), os.getloadavg()[0]))
+        login_floods(args.requests)
+        if args.phase == "logins":
+            return
     tmp = Path(tempfile.mkdtemp(prefix="cddlm-hostile-"))
     allowed = tmp / "allowed"
     allowed.mkdir()
@@ -160,10 +230,6 @@ def main() -> None:
         for t in threads:
             t.join(90)
         peak_after = portal.status("VmHWM")
-
-        def line(name: str, times: list[float]) -> str:
-            return "%-34s p50 %7.1f ms   p99 %7.1f ms   max %7.1f ms" % (
-                name, 1000 * percentile(times, 0.5), 1000 * percentile(times, 0.99), 1000 * max(times))
 
         print("machine: %d cores, load average %.1f at the end" % (os.cpu_count(), os.getloadavg()[0]))
         print(line("floor (GET of a static file)", floor))

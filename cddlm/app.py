@@ -26,6 +26,7 @@ from cddlm.application.enactment import slurm
 from cddlm.application.enactment.remote import Agents, DelegateRunner, RemoteRunner
 from cddlm.application.enactment.slurmctl import Slurm, SlurmUnavailable
 from cddlm.application.loader import Loader
+from cddlm.application.nonces import open_record
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
 from cddlm.application.store import Store, open_sqlite_file, sqlite_file
@@ -265,7 +266,8 @@ class Portal:
         self.views = Views(self.service)
         self.handlers = Handlers(self.service, time.time(), notify, self.views, xpath=self.queries)
         portal_ep, app_ep = self.handlers.endpoints()
-        self.authenticator = Authenticator(self.users, self.store, sec, clock=clock)
+        self.authenticator = Authenticator(self.users, self.store, sec, clock=clock,
+                                           nonces=open_record(sec.users_file) if sec.users_file else None)
         local = self.users is None
         self.dashboard = Dashboard(self.views, settings, self.portal_url,
                                    None if local else self.authenticator.http)
@@ -275,7 +277,8 @@ class Portal:
                                None if local else self.authenticator.soap,
                                wsgi.own_names(settings.host, settings.public_url,
                                               settings.allowed_hosts),
-                               notified=self.agent_notified if self.agents else None)
+                               notified=self.agent_notified if self.agents else None,
+                               authenticator=self.authenticator)
         self.scheduler = None
         self.server: httpserver.HttpServer | None = None
         self._stopped = threading.Event()
@@ -382,6 +385,7 @@ class Portal:
             self.agents.close()
         self.queries.close()
         self.filters.close()
+        self.authenticator.close()
         self.store.dispose()
         self.state.release()
 
@@ -409,6 +413,7 @@ class Portal:
         s = self.settings
         return httpserver.ServerOptions(
             threads=s.server_threads, max_connections=s.max_connections, header_timeout=s.header_timeout,
+            max_connections_per_address=s.max_connections_per_address,
             body_timeout=s.body_timeout, max_body_bytes=s.limits.max_body_bytes,
             tls_cert=s.tls_cert, tls_key=s.tls_key, tls_client_ca=s.tls_client_ca)
 
@@ -420,7 +425,8 @@ class Portal:
             "open-file limit %d: room for about %d running processes (raise the hard limit, "
             "ulimit -Hn, for more)", limit, max(0, limit - 256))
         self.server = httpserver.HttpServer(self.wsgi, self.settings.host, self.settings.port,
-                                            self.server_options(), name="cddlm-http")
+                                            self.server_options(), name="cddlm-http",
+                                            gate=self.wsgi.gate if self.users is not None else None)
         if not self.settings.public_url:
             self.url = self.server.url
             self.engine.url = self.url

@@ -15,6 +15,8 @@ class Limits:
     """Bounds on untrusted input; each one refuses early with a clear fault."""
 
     max_body_bytes: int = 10 * MiB          # a SOAP request body, a referenced or imported document
+    unauthenticated_body_bytes: int = 1 * MiB   # a body whose request has no HTTP credentials
+    max_soap_header_bytes: int = 64 * 1024  # ... and its SOAP header (parsed, its token checked, first)
     max_xml_depth: int = 256                # element nesting in any XML the portal parses
     max_xml_nodes: int = 300_000            # elements and attributes in one XML document
     max_xml_attributes: int = 256           # attributes (namespace declarations too) of one element
@@ -75,7 +77,12 @@ class Security:
     insecure: bool = False                  # allow a non-loopback address without users and TLS
     token_window: float = 300.0             # seconds a UsernameToken's Created stays acceptable
     clock_skew: float = 60.0                # seconds a Created may lie in the future
-    failures_per_minute: int = 10           # failed authentications per client address
+    failures_per_minute: int = 10           # failed password sign-ins as one user from one place
+    user_failures_per_minute: int = 30      # ... as one user from places anywhere
+    ipv4_prefix: int = 24                   # a place: the client's IPv4 /24 ...
+    ipv6_prefix: int = 64                   # ... or IPv6 /64
+    password_checks: int = 0                # scrypt checks at once (0: half the cores, at least 1)
+    password_wait: float = 2.0              # seconds a check may wait for its turn, then busy
     credential_cache: float = 60.0          # seconds a verified password or token is remembered
 
 
@@ -89,6 +96,7 @@ class Settings:
     public_url: str | None = None           # base URL in EPRs when behind a proxy
     server_threads: int = 8                 # HTTP worker threads (run the SOAP handlers)
     max_connections: int = 4096             # HTTP connections being read or answered at once
+    max_connections_per_address: int = 256  # ... of one client address (more are closed)
     header_timeout: float = 10.0            # seconds a client has to send its request headers
     body_timeout: float = 30.0              # seconds a client has to send its request body
     tls_cert: str | None = None             # PEM certificate chain: serve HTTPS

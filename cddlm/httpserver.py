@@ -40,6 +40,8 @@ from granian.constants import HTTPModes, Interfaces, SSLProtocols, TaskImpl
 from granian.http import HTTP1Settings
 from granian.server.embed import Server as _EmbeddedServer
 
+from cddlm.connections import Warden
+
 log = logging.getLogger(__name__)
 logging.getLogger("granian").setLevel(logging.ERROR)   # "embedded server is experimental" etc.
 
@@ -68,6 +70,8 @@ class ServerOptions:
     threads: int = 8                  # worker threads running the WSGI application
     max_connections: int = 4096       # connections being read or answered at once (granian's
                                       # backpressure); more wait in the listen backlog
+    max_connections_per_address: int = 256   # of one client address; its excess is closed
+                                      # (``connections.Warden``); 0: no cap
     header_timeout: float = 10.0      # seconds a client has to send the request line and headers
     body_timeout: float = 30.0        # seconds a client has to send the whole body
     max_body_bytes: int = 40 * MiB    # bodies are read up to this (+1 byte) and no further
@@ -253,16 +257,43 @@ class _Pool:
                 log.exception("a worker's job failed")
 
 
+LATER = "later"     # a gate's answer: it calls ``resume`` once it has decided
+
+
+class _Request:
+    """One request on its way through the bridge."""
+
+    __slots__ = ("scope", "proto", "loop", "done", "size", "env", "body", "gated")
+
+    def __init__(self, scope, proto, loop, done, size: int | None):
+        self.scope, self.proto, self.loop, self.done, self.size = scope, proto, loop, done, size
+        self.env: dict | None = None      # built before the body is read when there is a gate
+        self.body = b""
+        self.gated = False                # the gate asked to see the body before the application
+
+
 class Bridge:
     """RSGI in, WSGI out: read the whole body (deadline, cap), then hand the request to a
     worker thread, which runs the WSGI application and sends its response itself.
 
     A body of declared length is read in one piece; whoever comes first, the body (a ``_Direct``
     callback on the thread that read it) or its deadline (``_tick`` on the loop), takes the
-    request out of ``_pending`` and answers it: the worker's job, or 408."""
+    request out of ``_pending`` and answers it: the worker's job, or 408.
 
-    def __init__(self, app: Callable, options: ServerOptions, name: str):
+    ``gate`` (optional) decides, before a body is read, how much of it to read and whether the
+    request goes on: ``gate(environ, body, resume)`` is called with the request's environ
+    (headers, no body yet) and ``body`` None as soon as the headers are in, on the server's
+    loop: it must not block. It answers None (read the body within ``max_body_bytes``, then run
+    the application), an int N (read at most N bytes, then call the gate again, on a worker
+    thread, with the body: there it answers None to run the application) or ``LATER``: it
+    calls ``resume(answer)`` once, from any thread, when it has decided. What it decided it
+    leaves in the environ for the application (the portal: who sends the request, or why it is
+    refused: ``portal/wsgi.py``)."""
+
+    def __init__(self, app: Callable, options: ServerOptions, name: str,
+                 gate: Callable[[dict, bytes | None, Callable], Any] | None = None):
         self.app = app
+        self.gate = gate
         self.options = options
         self.base = {"wsgi.version": (1, 0), "wsgi.errors": sys.stderr, "wsgi.multithread": True,
                      "wsgi.multiprocess": False, "wsgi.run_once": False, "SCRIPT_NAME": ""}
@@ -273,6 +304,7 @@ class Bridge:
         # take a request out under the lock: exactly one of them answers it.
         self._pending: "collections.OrderedDict[int, tuple]" = collections.OrderedDict()
         self._pending_lock = threading.Lock()
+        self.active: set[str] = set()   # "address:port" of the connections with a request in flight
 
     def close(self) -> None:
         self._pool.close()
@@ -288,49 +320,96 @@ class Bridge:
                                  b"bad Content-Length\n")
             return
         loop = asyncio.get_running_loop()
-        done = loop.create_future()
+        request = _Request(scope, proto, loop, loop.create_future(), size)
         if not self._ticking:
             self._ticking = True
             loop.call_later(self._pool.patience, self._tick, loop)
-        if size is not None and size > self.options.max_body_bytes:
-            # the application sees the declared length and refuses it unread
-            self._pool.put((scope, b"", size, proto, loop, done))
-        elif size is not None:
-            self._read_whole(scope, size, proto, loop, done)
-        else:
-            # a stream (chunked): read by a task of its own, cancelled at the deadline (this
-            # coroutine runs on granian's scheduler, whose task cannot be cancelled)
-            reading = loop.create_task(self._read(proto, self.options.max_body_bytes))
-            timer = loop.call_later(self.options.body_timeout, reading.cancel)
-            try:
-                body = await reading
-            except asyncio.CancelledError:
-                self._late(proto)
-                return
-            except Exception:   # the client went away mid-body
-                return
-            finally:
-                timer.cancel()
-            self._pool.put((scope, body, None, proto, loop, done))
-        await done          # the request holds its place in the server's limit until answered
+        client = scope.client
+        self.active.add(client)
+        try:
+            if self.gate is None:
+                self._receive(request, self.options.max_body_bytes)
+            else:
+                request.env = self._environ(scope)
+                try:
+                    answer = self.gate(request.env, None, lambda answer: self._resumed(request, answer))
+                except Exception:   # noqa: BLE001 - the application still decides for itself
+                    log.exception("the request gate failed")
+                    answer = None
+                self._decided(request, answer)
+            await request.done   # the request holds its place in the server's limit until answered
+        finally:
+            self.active.discard(client)
 
-    def _read_whole(self, scope, size: int, proto, loop, done) -> None:
+    def _decided(self, request: _Request, answer) -> None:
+        """(On the loop) what the gate said before the body was read."""
+        if answer is LATER:
+            return
+        if answer is None:
+            self._receive(request, self.options.max_body_bytes)
+        else:
+            request.gated = True
+            self._receive(request, min(int(answer), self.options.max_body_bytes))
+
+    def _resumed(self, request: _Request, answer) -> None:
+        """The gate has decided (on any thread): before the body, go on on the loop; after
+        it, to a worker."""
+        if request.gated:
+            request.gated = False
+            self._pool.put(request)
+            return
+        try:
+            request.loop.call_soon_threadsafe(self._decided, request, answer)
+        except RuntimeError:   # the server's loop has closed
+            pass
+
+    def _receive(self, request: _Request, cap: int) -> None:
+        """Read the body within ``cap`` (on the loop), then hand the request to a worker."""
+        size = request.size
+        if size is not None and size > cap:
+            # the application sees the declared length and refuses it unread
+            self._pool.put(request)
+        elif size is not None:
+            self._read_whole(request)
+        else:
+            # a stream (chunked): read by a task of its own, cancelled at the deadline
+            request.loop.create_task(self._read_stream(request, cap))
+
+    async def _read_stream(self, request: _Request, cap: int) -> None:
+        loop = request.loop
+        reading = loop.create_task(self._read(request.proto, cap))
+        timer = loop.call_later(self.options.body_timeout, reading.cancel)
+        try:
+            request.body = await reading
+        except asyncio.CancelledError:
+            self._late(request.proto)
+            request.done.set_result(None)
+            return
+        except Exception:   # the client went away mid-body
+            request.done.set_result(None)
+            return
+        finally:
+            timer.cancel()
+        self._pool.put(request)
+
+    def _read_whole(self, request: _Request) -> None:
         """Ask for the body (on the loop's thread); whoever wins ``_pending`` answers."""
-        key = id(done)
-        fut = proto()
+        key = id(request)
+        fut = request.proto()
+        loop, done = request.loop, request.done
         with self._pending_lock:
-            self._pending[key] = (time.monotonic() + self.options.body_timeout, proto, fut, done)
+            self._pending[key] = (time.monotonic() + self.options.body_timeout, request.proto, fut, done)
 
         def arrived(f) -> None:
             with self._pending_lock:
                 if self._pending.pop(key, None) is None:
                     return      # the deadline came first and has answered
             try:
-                body = f.result()
+                request.body = f.result()
             except Exception:   # the client went away mid-body: nothing to answer
                 loop.call_soon_threadsafe(done.set_result, None)
                 return
-            self._pool.put((scope, body, size, proto, loop, done))
+            self._pool.put(request)
 
         fut.add_done_callback(_Direct(arrived))
 
@@ -370,7 +449,8 @@ class Bridge:
                 break
         return b"".join(chunks)
 
-    def _environ(self, scope, body: bytes, declared: int | None) -> dict:
+    def _environ(self, scope) -> dict:
+        """The request's environ but for its body."""
         server_host, _, server_port = (scope.server or "").rpartition(":")
         client_host, _, client_port = (scope.client or "").rpartition(":")
         env = dict(self.base)
@@ -384,9 +464,6 @@ class Bridge:
             "REMOTE_ADDR": client_host.strip("[]"),
             "REMOTE_PORT": client_port,
             "wsgi.url_scheme": scope.scheme,
-            "wsgi.input": io.BytesIO(body),
-            "CONTENT_LENGTH": str(declared if declared is not None and declared > len(body)
-                                  else len(body)),
         })
         for key, value in scope.headers.items():
             name = key.upper().replace("-", "_")
@@ -397,14 +474,27 @@ class Bridge:
                 env[name] = env[name] + "," + value if name in env else value
         return env
 
-    def _answer(self, job: tuple) -> None:     # on a worker
-        scope, body, size, proto, loop, done = job
+    def _answer(self, request: _Request) -> None:     # on a worker
+        env = request.env if request.env is not None else self._environ(request.scope)
+        body, declared = request.body, request.size
+        env["wsgi.input"] = io.BytesIO(body)
+        env["CONTENT_LENGTH"] = str(declared if declared is not None and declared > len(body)
+                                    else len(body))
+        if request.gated:   # the gate reads the body first
+            try:
+                answer = self.gate(env, body, lambda answer: self._resumed(request, answer))
+            except Exception:   # noqa: BLE001 - the application answers what is left
+                log.exception("the request gate failed")
+                answer = None
+            if answer is LATER:
+                return
+            request.gated = False
         try:
-            proto.response_bytes(*self._run(self._environ(scope, body, size)))
+            request.proto.response_bytes(*self._run(env))
         except Exception:   # the client has gone: nothing to answer
             pass
         try:
-            loop.call_soon_threadsafe(done.set_result, None)
+            request.loop.call_soon_threadsafe(request.done.set_result, None)
         except RuntimeError:   # the server's loop has closed
             pass
 
@@ -435,7 +525,8 @@ class HttpServer:
     real port); ``start()`` serves on a background thread until ``stop()``."""
 
     def __init__(self, app: Callable, host: str = "127.0.0.1", port: int = 0,
-                 options: ServerOptions | None = None, name: str = "cddlm-http"):
+                 options: ServerOptions | None = None, name: str = "cddlm-http",
+                 gate: Callable | None = None):
         self.options = options or ServerOptions()
         _check_tls(self.options)
         self.name = name
@@ -451,7 +542,13 @@ class HttpServer:
             raise
         self.port = self._sock.getsockname()[1]
         self.scheme = "https" if self.options.tls_cert else "http"
-        self._bridge = Bridge(app, self.options, name)
+        self._bridge = Bridge(app, self.options, name, gate)
+        self._warden: Warden | None = None
+        if self.options.max_connections_per_address > 0:
+            active = self._bridge.active
+            self._warden = Warden(self._sock.dup(), self.options.max_connections_per_address,
+                                  lambda a, p: "%s:%d" % (a, p) in active or "[%s]:%d" % (a, p) in active,
+                                  name=name + "-connections")
         self._server = _Granian(
             self._sock, self._bridge, address=host, port=self.port,
             interface=Interfaces.RSGI, http=HTTPModes.http1, websockets=False,
@@ -477,6 +574,8 @@ class HttpServer:
         return "%s://%s:%d" % (self.scheme, host if ":" not in host else "[%s]" % host, self.port)
 
     def start(self) -> threading.Thread:
+        if self._warden is not None:
+            self._warden.start()
         self._loop = _Loop()
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
@@ -502,6 +601,9 @@ class HttpServer:
         return self._thread is not None and self._thread.is_alive()
 
     def stop(self, timeout: float = 5.0) -> None:
+        if self._warden is not None:    # its copy of the listening socket would keep it open
+            self._warden.stop()
+            self._warden = None
         if self._thread is None:
             self._sock.close()
             self._bridge.close()
@@ -545,11 +647,12 @@ def _stop_all() -> None:
 
 
 def serve(app: Callable, host: str = "127.0.0.1", port: int = 0,
-          options: ServerOptions | None = None, name: str = "cddlm-http") -> HttpServer:
+          options: ServerOptions | None = None, name: str = "cddlm-http",
+          gate: Callable | None = None) -> HttpServer:
     """Bind, start and return a server (stop it with ``.stop()``)."""
-    server = HttpServer(app, host, port, options, name)
+    server = HttpServer(app, host, port, options, name, gate)
     server.start()
     return server
 
 
-__all__ = ["HttpServer", "ServerOptions", "TlsConfigError", "raise_file_limit", "serve"]
+__all__ = ["LATER", "HttpServer", "ServerOptions", "TlsConfigError", "raise_file_limit", "serve"]

@@ -170,6 +170,29 @@ def _parse(data: bytes | str, max_depth: int, base_url: str | None) -> etree._El
     return root
 
 
+def parse_head(data: bytes, stop: str, max_bytes: int) -> etree._Element:
+    """The root of a document parsed only as far as the start of its first ``stop`` element
+    (a SOAP envelope's ``Body``: its header is then whole), which must come within the first
+    ``max_bytes``; ``UnsafeXml`` otherwise. What is read is bounded by ``max_bytes`` (libxml2's
+    own nesting limit applies), so no count of nodes is made first."""
+    head = data[:max_bytes]
+    if _DOCTYPE.search(head):
+        raise UnsafeXml("DTDs and entity declarations are not allowed")
+    parser = etree.XMLPullParser(events=("start",), resolve_entities=False, no_network=True,
+                                 load_dtd=False, huge_tree=False, remove_pis=True)
+    try:
+        for at in range(0, len(head), 16384):
+            parser.feed(head[at:at + 16384])
+            for _, el in parser.read_events():
+                if el.tag == stop:
+                    return el.getroottree().getroot()
+    except etree.XMLSyntaxError as e:
+        raise UnsafeXml("XML is not well-formed: %s" % (e.msg or e),
+                        getattr(e, "lineno", None) or None) from None
+    raise UnsafeXml("no %s element within the first %d bytes" % (etree.QName(stop).localname, max_bytes),
+                    kind="too-large")
+
+
 def check_depth(root: etree._Element, max_depth: int) -> None:
     """Refuse element trees nested deeper than ``max_depth`` (cheap: one pass, no recursion)."""
     stack = [(root, 1)]

@@ -29,8 +29,8 @@ def echo_app(environ, start_response):
 def server():
     started = []
 
-    def make(app=echo_app, **options) -> HttpServer:
-        s = HttpServer(app, "127.0.0.1", 0, ServerOptions(**options))
+    def make(app=echo_app, gate=None, **options) -> HttpServer:
+        s = HttpServer(app, "127.0.0.1", 0, ServerOptions(**options), gate=gate)
         s.start()
         started.append(s)
         return s
@@ -332,3 +332,33 @@ def test_a_job_that_raises_leaves_the_pool_its_worker():
     pool.put("good")
     assert ran.acquire(timeout=5)        # the one worker went on
     pool.close()
+
+
+def test_a_gate_decides_before_the_body_is_read_and_may_decide_later(server):
+    """The portal's authentication runs here (portal/wsgi.py, Router.gate): before a body is
+    read it says how much of it to read, after it whether the application runs; either answer
+    may come later, from another thread."""
+    seen = []
+
+    def gate(environ, body, resume):
+        path = environ["PATH_INFO"]
+        seen.append((path, body))
+        if body is None:
+            if path == "/later":
+                threading.Timer(0.05, resume, args=(16,)).start()
+                return httpserver.LATER
+            return {"/free": None, "/nothing": 0}.get(path, 16)
+        environ["HTTP_X_TEST"] = "gated"
+        if path == "/later":
+            threading.Timer(0.05, resume, args=(None,)).start()
+            return httpserver.LATER
+        return None
+
+    s = server(gate=gate)
+    assert get(s.port, "/free", b"x" * 40) == (200, b"POST /free 40 ")       # the server's cap
+    assert get(s.port, "/capped", b"hello") == (200, b"POST /capped 5 gated")
+    assert get(s.port, "/capped", b"y" * 40) == (200, b"POST /capped 0 gated")   # unread
+    assert get(s.port, "/nothing", b"hello") == (200, b"POST /nothing 0 gated")
+    assert get(s.port, "/later", b"later") == (200, b"POST /later 5 gated")
+    assert ("/capped", b"hello") in seen and ("/free", b"x" * 40) not in seen
+    assert ("/later", b"later") in seen

@@ -25,7 +25,7 @@ def guess_language(path: str) -> str:
 
 def resolve(source, language: str, *, base_url: str | None = None, properties=None,
             loader: Loader | None = None, limits: Limits | None = None, version: str | None = None,
-            require_components: bool = True) -> Resolution:
+            require_components: bool = True, own_files: bool = False) -> Resolution:
     """Resolve and check a descriptor, reading its imports through ``loader`` (by default
     none but the component library). ``require_components=False`` is for resolving only
     (``cddlm lang resolve``): a valid document that declares no components is accepted, and
@@ -35,7 +35,7 @@ def resolve(source, language: str, *, base_url: str | None = None, properties=No
     request = ResolveRequest(source=source, base_url=base_url,
                                       properties=dict(properties or {}),
                                       loader=loader or Loader(max_bytes=limits.max_body_bytes),
-                                      limits=limits)
+                                      limits=limits, own_files=own_files)
     result = lang.resolve(request)
     library.check(result.deployment, limits=limits, require_components=require_components)
     return result
@@ -45,7 +45,8 @@ def resolve_file(path: str, *, language: str | None = None, properties=None,
                  import_path: tuple[str, ...] = (), require_components: bool = True,
                  limits: Limits | None = None) -> Resolution:
     """Resolve a descriptor file on this machine (``cddlm lang resolve``), as the user running
-    the command: its imports may be any regular file that user can read."""
+    the command: its imports may be any regular file that user can read, and its errors quote
+    them (the parser's reason for a syntax error, the names it found)."""
     limits = limits or Limits()
     loader = Loader(import_path, allowed_dirs=(os.sep,), max_bytes=limits.max_body_bytes)
     try:
@@ -58,7 +59,7 @@ def resolve_file(path: str, *, language: str | None = None, properties=None,
     try:
         return resolve(source, language, base_url=pathlib.Path(path).resolve().as_uri(),
                        properties=properties, loader=loader, limits=limits,
-                       require_components=require_components)
+                       require_components=require_components, own_files=True)
     except (DescriptorError, ResolutionError) as e:
         if not e.file:
             e.file = path

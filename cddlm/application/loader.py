@@ -15,9 +15,13 @@ allowed:
   public address, a network in ``--descriptor-network``, or the address an allowed prefix
   names literally.
 
-Only regular files are read, opened without blocking and checked before reading: a FIFO, a
-device or ``/proc/self/fd/0`` is refused at once instead of holding a worker forever. Errors
-name the location and what went wrong, never the bytes read.
+Every file is read by one reader (``read_file``), whichever way it was named: walked from the
+library's, the import path's or the allowed folder one name at a time without following a link,
+opened without blocking and checked before reading, so that a FIFO, a device or
+``/proc/self/fd/0`` is refused at once instead of holding a worker forever, and no more than the
+size cap is ever read. ``urn:cddlm:library:`` takes the plain names of the library's documents
+only (``LIBRARY``), never a path. Errors name the location and what went wrong, never the bytes
+read.
 """
 
 from __future__ import annotations
@@ -25,29 +29,82 @@ from __future__ import annotations
 import errno
 import ipaddress
 import os
+import re
 import stat
 import urllib.parse
 import urllib.request
-from importlib import resources
 
-from cddlm import netsafe, ns
+from cddlm import lang, netsafe, ns
+from cddlm.application.enactment import confine
 from cddlm.config import Limits, Settings
 from cddlm.errors import ResolutionError
 
 LIBRARY_PREFIX = ns.LIBRARY_PREFIX           # urn:cddlm:library:components.cdl
+LIBRARY_DIR = os.path.join(os.path.dirname(os.path.abspath(lang.__file__)), "library")
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+READ_FLAGS = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW | os.O_CLOEXEC
+PIECE = 1 << 20                              # bytes read at a time
 
 
-def library_file(name: str) -> bytes | None:
-    """A file of the project's component library (``cddlm/lang/library/NAME``)."""
+def _library() -> frozenset[str]:
+    """The library's documents: the plain names of the regular files in ``cddlm/lang/library``
+    (fixed when the portal starts; a name is never a path)."""
     try:
-        return resources.files("cddlm.lang").joinpath("library", name).read_bytes()
-    except (FileNotFoundError, IsADirectoryError, ModuleNotFoundError, NotADirectoryError):
-        return None
+        return frozenset(e.name for e in os.scandir(LIBRARY_DIR)
+                         if PLAIN_NAME.match(e.name) and e.is_file(follow_symlinks=False))
+    except OSError:
+        return frozenset()
+
+
+LIBRARY = _library()
 
 
 def _refused(location: str, why: str) -> ResolutionError:
     """``import: LOCATION: why`` (the location is the error's path)."""
     return ResolutionError(why, kind="import", path=location)
+
+
+def read_file(root: str, names: list[str], location: str, max_bytes: int) -> bytes:
+    """``root/names...``, the one way a reference is read from disk: walked from ``root`` one
+    name at a time without following a link (a folder swapped for a link after a check is
+    refused, not followed), opened without blocking (a FIFO would wait for a writer), then
+    checked: a regular file of at most ``max_bytes``, read in pieces and never further than
+    that, however the file grows meanwhile."""
+    if not names:
+        raise _refused(location, "not a regular file")
+    try:
+        folder = confine.open_dir(root, names[:-1], create=False)
+    except confine.Escape:
+        raise _refused(location, "cannot read: a folder on the way is a symbolic link") from None
+    except OSError as e:
+        raise _refused(location, "cannot read: %s" % (e.strerror or e)) from None
+    try:
+        fd = os.open(names[-1], READ_FLAGS, dir_fd=folder)
+    except OSError as e:
+        why = "a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))
+        raise _refused(location, "cannot read: %s" % why) from None
+    finally:
+        os.close(folder)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise _refused(location, "not a regular file")
+        if info.st_size > max_bytes:
+            raise _refused(location, "larger than %d bytes" % max_bytes)
+        os.set_blocking(fd, True)
+        chunks, size = [], 0
+        while True:
+            chunk = os.read(fd, min(PIECE, max_bytes + 1 - size))
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > max_bytes:
+                raise _refused(location, "larger than %d bytes" % max_bytes)
+    except OSError as e:
+        raise _refused(location, "cannot read: %s" % (e.strerror or e)) from None
+    finally:
+        os.close(fd)
 
 
 class Loader:
@@ -81,11 +138,12 @@ class Loader:
 
     def __call__(self, location: str) -> bytes:
         if location.startswith(LIBRARY_PREFIX):
-            data = library_file(location[len(LIBRARY_PREFIX):])
-            if data is None:
-                raise ResolutionError("no such library document %s" % location, kind="import",
-                                      path=location)
-            return data
+            name = location[len(LIBRARY_PREFIX):]
+            if name not in LIBRARY:
+                raise ResolutionError("no such library document %s (the library holds %s)"
+                                      % (location, ", ".join(sorted(LIBRARY)) or "nothing"),
+                                      kind="import", path=location)
+            return read_file(LIBRARY_DIR, [name], location, self.max_bytes)
         try:
             scheme = urllib.parse.urlsplit(location).scheme.lower()
         except ValueError:
@@ -106,10 +164,12 @@ class Loader:
                                  "are read" % LIBRARY_PREFIX)
 
     def _classpath(self, location: str) -> bytes:
-        rel = location.split(":", 1)[1].lstrip("/")
+        names = [n for n in location.split(":", 1)[1].split("/") if n not in ("", ".")]
+        if not names or ".." in names:
+            raise _refused(location, "must name a file below a folder of the import path")
         for folder in self.import_path:
-            candidate = os.path.join(folder, rel)
-            if os.path.isfile(candidate):
+            candidate = os.path.join(folder, *names)
+            if os.path.lexists(candidate):
                 return self._file(candidate, location)
         raise ResolutionError("%s is not on the import path (%s)"
                               % (location, os.pathsep.join(self.import_path) or "empty"),
@@ -117,36 +177,12 @@ class Loader:
 
     def _file(self, path: str, location: str) -> bytes:
         real = os.path.realpath(path)
-        if not any(real == d or real.startswith(d.rstrip(os.sep) + os.sep) for d in self.allowed_dirs):
-            raise _refused(location, "not below a folder this portal allows (%s)"
-                           % (", ".join(self.allowed_dirs) or "none: see --allow-descriptor-dir"))
-        try:   # without blocking (a FIFO would wait for a writer) and not through a late link
-            fd = os.open(real, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_NOFOLLOW
-                         | os.O_CLOEXEC)
-        except OSError as e:
-            why = "a symbolic link" if e.errno == errno.ELOOP else (e.strerror or str(e))
-            raise _refused(location, "cannot read: %s" % why) from None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise _refused(location, "not a regular file")
-            if info.st_size > self.max_bytes:
-                raise _refused(location, "larger than %d bytes" % self.max_bytes)
-            os.set_blocking(fd, True)
-            chunks, size = [], 0
-            while True:
-                chunk = os.read(fd, min(1 << 20, self.max_bytes + 1 - size))
-                if not chunk:
-                    break
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > self.max_bytes:
-                    raise _refused(location, "larger than %d bytes" % self.max_bytes)
-            return b"".join(chunks)
-        except OSError as e:
-            raise _refused(location, "cannot read: %s" % (e.strerror or e)) from None
-        finally:
-            os.close(fd)
+        for folder in self.allowed_dirs:
+            if real == folder or real.startswith(folder.rstrip(os.sep) + os.sep):
+                names = [n for n in real[len(folder):].split(os.sep) if n]
+                return read_file(folder, names, location, self.max_bytes)
+        raise _refused(location, "not below a folder this portal allows (%s)"
+                       % (", ".join(self.allowed_dirs) or "none: see --allow-descriptor-dir"))
 
     def _fetch(self, location: str) -> bytes:
         try:

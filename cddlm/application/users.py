@@ -11,8 +11,12 @@ JSON, mode 0600, written atomically (a temporary file renamed over it) under a l
                          "tokens": {"<id>": {"hash": "scrypt$...", "created": 1.7e9,
                                              "label": "ci"}}}}}
 
-Passwords and bearer tokens are kept only as salted scrypt hashes (``hashlib.scrypt``,
-N=2^14, r=8, p=1: about 16 MiB and some tens of milliseconds per check). A WS-Security
+Passwords are kept only as salted scrypt hashes (``hashlib.scrypt``, N=2^14, r=8, p=1: about
+16 MiB and some tens of milliseconds per check), so that a stolen file does not give them away.
+Bearer tokens are 256 random bits: no guessing or dictionary can find one, so a token is kept
+as its SHA-256 (``sha256$...``), which is checked in a microsecond; a portal under a flood of
+password guesses still checks every token at once (tokens made before kept as scrypt hashes
+still work, at scrypt's price). A WS-Security
 PasswordDigest cannot be checked against a one-way hash (it is SHA-1 over the nonce, the time
 and the secret itself), so a user who needs it gets a *digest secret* of their own: it is
 derived from the file's ``digest_key`` and the user's ``digest`` id (HMAC-SHA256), printed once
@@ -86,6 +90,18 @@ def verify_secret(secret: str, stored: str | None) -> bool:
     except (ValueError, TypeError):
         return False
     return hmac.compare_digest(found, _unb64(key))
+
+
+def hash_token(secret: str) -> str:
+    """The stored form of a bearer token's secret (see the module docstring)."""
+    return "sha256$" + _b64(hashlib.sha256(secret.encode("utf-8")).digest())
+
+
+def verify_token(secret: str, stored: str) -> bool:
+    """Whether ``secret`` is the token stored as ``stored`` (either form)."""
+    if stored.startswith("sha256$"):
+        return hmac.compare_digest(hash_token(secret), stored)
+    return verify_secret(secret, stored)
 
 
 def digest_secret(key: str, name: str, digest_id: str) -> str:
@@ -226,7 +242,7 @@ class UsersFile:
         with self.edit() as data:
             entry = self._entry(data, name)
             token_id, secret = secrets.token_hex(8), _b64(secrets.token_bytes(32))
-            entry.setdefault("tokens", {})[token_id] = {"hash": hash_secret(secret),
+            entry.setdefault("tokens", {})[token_id] = {"hash": hash_token(secret),
                                                         "created": time.time(), "label": label}
             return "%s_%s_%s" % (TOKEN_PREFIX, token_id, secret)
 
@@ -317,27 +333,51 @@ class Directory:
             self._cache = {}
         self._cache[key] = (time.monotonic() + self.cache_seconds, name)
 
-    def check_password(self, name: str, password: str) -> User | None:
-        """The user, when ``password`` is theirs."""
-        self.load()
+    def _password_key(self, name: str, password: str) -> tuple[bytes, User | None]:
         key, hit = self._cached(b"password\0" + name.encode("utf-8", "surrogatepass"), password)
         user = self._users.get(name)
-        if hit == name and user is not None:
+        return key, user if hit == name and user is not None else None
+
+    def cached_password(self, name: str, password: str) -> User | None:
+        """The user, when ``password`` was verified as theirs lately (no scrypt: a dictionary
+        look-up); None says nothing."""
+        self.load()
+        return self._password_key(name, password)[1]
+
+    def check_password(self, name: str, password: str) -> User | None:
+        """The user, when ``password`` is theirs (scrypt, unless it was verified lately)."""
+        self.load()
+        key, user = self._password_key(name, password)
+        if user is not None:
             return user
+        user = self._users.get(name)
         if not verify_secret(password, user.password if user else None) or user is None:
             return None
         self._remember(key, name)
         return user
 
-    def check_token(self, token: str) -> User | None:
-        """The user a bearer token belongs to."""
-        self.load()
+    def _token(self, token: str) -> tuple[bytes, User | None, tuple[str, str] | None, str | None]:
+        """(cache key, the cached user, (id, secret), (owner, stored hash))."""
         key, hit = self._cached(b"token", token)
-        if hit is not None and hit in self._users:
-            return self._users[hit]
         parts = split_token(token)
-        owner = self._tokens.get(parts[0]) if parts else None
-        if not verify_secret(parts[1] if parts else token, owner[1] if owner else None) or owner is None:
+        return (key, self._users.get(hit) if hit is not None else None, parts,
+                self._tokens.get(parts[0]) if parts else None)
+
+    def token_costly(self, token: str) -> bool:
+        """Whether checking ``token`` needs scrypt (a token stored before tokens were kept as
+        SHA-256, not verified lately)."""
+        self.load()
+        _, user, _, owner = self._token(token)
+        return user is None and owner is not None and not owner[1].startswith("sha256$")
+
+    def check_token(self, token: str) -> User | None:
+        """The user a bearer token belongs to. A token id that names no token is refused
+        without hashing anything: ids are not secret, the 256 bits after them are."""
+        self.load()
+        key, user, parts, owner = self._token(token)
+        if user is not None:
+            return user
+        if parts is None or owner is None or not owner[1] or not verify_token(parts[1], owner[1]):
             return None
         self._remember(key, owner[0])
         return self._users.get(owner[0])

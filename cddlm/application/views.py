@@ -94,10 +94,11 @@ class Views:
                                 .limit(limit).offset(offset)).all()
             items = [_summary(r) for r in rows]
             counts: dict[str, dict[str, int]] = {i["id"]: {} for i in items}
-            if items:
+            if items:      # what runs, not the containers holding it: as ``cddlm status`` counts
                 for app_id, observed, n in conn.execute(
                         select(components.c.app_id, components.c.observed, func.count())
-                        .where(components.c.app_id.in_(list(counts)))
+                        .where(components.c.app_id.in_(list(counts)),
+                               components.c.type.notin_(sorted(states.CONTAINERS)))
                         .group_by(components.c.app_id, components.c.observed)):
                     counts[app_id][observed] = n
             by_state = {s: n for s, n in conn.execute(_scoped(

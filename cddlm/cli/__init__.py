@@ -17,7 +17,7 @@ import sys
 from cddlm import __version__
 from cddlm.cli import apps, completion, deploy, hosts, lang, logs, placement, portal, users
 from cddlm.cli.common import (BROKEN_PIPE, DEFAULT_PORTAL, FAILED, INTERRUPTED, UNREACHABLE,
-                              CliError, add_portal_option)
+                              CliError, add_portal_option, login_error)
 from cddlm.errors import CddlmError
 
 GROUPS = (portal, deploy, apps, logs, hosts, lang, placement, users, completion)
@@ -29,7 +29,11 @@ FAULT_HINTS = {
     "PlacementFault": "`cddlm host ls` shows the hosts and their free capacity",
     "DescriptorFault": "`cddlm lang resolve FILE` checks a descriptor without a portal",
     "ResolutionFault": "`cddlm lang resolve FILE` checks a descriptor without a portal",
-    "UnsupportedLanguageFault": "`--language URI`: the README lists the languages",
+    "UnsupportedLanguageFault": "`--language URI`: docs/languages.md lists the languages",
+}
+# where a command's own fault means something else than the hint above says
+COMMAND_HINTS = {
+    ("resolve", "ResolutionFault"): "`cddlm resolve APP COMPONENT` prints what a component has",
 }
 
 
@@ -64,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except BrokenPipeError:
         return _broken_pipe()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         _flush_quietly()
-        print("cddlm: interrupted", file=sys.stderr)
+        print("cddlm: %s" % _noted("interrupted", e), file=sys.stderr)
         return INTERRUPTED
     except SystemExit:
         raise
@@ -76,8 +80,14 @@ def main(argv: list[str] | None = None) -> int:
             import traceback
             traceback.print_exc()
         message, hint, code = explain(e, args)
-        print("cddlm: %s%s" % (message, " (%s)" % hint if hint else ""), file=sys.stderr)
+        print("cddlm: %s%s" % (_noted(message, e), " (%s)" % hint if hint else ""), file=sys.stderr)
         return code
+
+
+def _noted(message: str, e: BaseException) -> str:
+    """The line, with what was done about the error after it happened (its notes: ``deploy``
+    says it removed the application again)."""
+    return "; ".join([message] + list(getattr(e, "__notes__", ())))
 
 
 def explain(e: BaseException, args: argparse.Namespace) -> tuple[str, str | None, int]:
@@ -91,8 +101,14 @@ def explain(e: BaseException, args: argparse.Namespace) -> tuple[str, str | None
             return "no portal answers at %s" % url, "is `cddlm portal serve` running?", UNREACHABLE
         return "the portal at %s did not answer as a portal: %s" % (url, e.message), \
             "is it running, and is the scheme right: http or https?", UNREACHABLE
+    if isinstance(e, PortalFault) and e.fault == "FailedAuthentication":
+        said = login_error(str(e), getattr(args, "portal_url", None) or DEFAULT_PORTAL,
+                           getattr(args, "credentials", None))
+        if said:
+            return said[0], said[1], FAILED
     if isinstance(e, PortalFault):
-        return str(e), FAULT_HINTS.get(e.fault), FAILED
+        hint = COMMAND_HINTS.get((getattr(args, "command", None), e.fault)) or FAULT_HINTS.get(e.fault)
+        return str(e), hint, FAILED
     if isinstance(e, CddlmError):
         return "%s: %s" % (type(e).__name__, e), None, FAILED
     if isinstance(e, OSError) and e.filename:

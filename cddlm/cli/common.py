@@ -14,7 +14,7 @@ from cddlm.config import DEFAULT_PORTAL, Limits
 UUID = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", re.I)
 ID_PREFIX = re.compile(r"^[0-9a-f][0-9a-f-]{3,}$", re.I)     # at least 4 characters, as git
 
-# exit codes (README "Commands"; CONTRACT section 9)
+# exit codes (docs/cli.md "Exit codes"; CONTRACT section 9)
 OK, FAILED, USAGE, UNREACHABLE, TIMEOUT, INTERRUPTED, BROKEN_PIPE = 0, 1, 2, 3, 4, 130, 141
 
 
@@ -42,8 +42,14 @@ def endpoint(value: str) -> str:
     if "://" not in text:
         text = "http://" + text
     parts = urllib.parse.urlsplit(text)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise UsageError("--portal expects a URL, host:port or the portal endpoint, not %r" % value)
+    try:
+        port = parts.port
+    except ValueError:
+        port = 0
+    if port == 0:
+        raise UsageError("--portal %r: the port must be a number from 1 to 65535" % value)
     path = parts.path.rstrip("/")
     if not path.endswith(ns.PORTAL_PATH):
         path += ns.PORTAL_PATH
@@ -67,12 +73,17 @@ def portal(args: argparse.Namespace):
             and sys.stdin.isatty():
         credentials = Credentials(credentials.user,
                                   getpass.getpass("password for %s: " % credentials.user))
+    args.credentials = credentials      # for the boundary, to say what a refusal means
     try:
         return Portal(url, credentials=credentials, tls=config.tls)
     except Exception as e:
         import requests
         from cddlm.client import Unreachable
         if isinstance(e, Unreachable) and isinstance(e.__cause__, requests.exceptions.SSLError):
+            if "WRONG_VERSION_NUMBER" in str(e.__cause__):      # it answered, but not in TLS
+                http = "http" + url[len("https"):]
+                raise CliError("%s does not speak TLS: what answers there is plain HTTP" % url,
+                               "is it a portal without --tls-cert? then %s" % http, UNREACHABLE) from e
             raise CliError(e.message) from e    # it answers, but is not trusted: not exit 3
         if isinstance(e, Unreachable) and not isinstance(e.__cause__, requests.HTTPError):
             raise               # nothing answered (or not in time): the boundary says so
@@ -85,6 +96,34 @@ def portal(args: argparse.Namespace):
             url, str(detail).split(" for url:")[0][:120] or type(detail).__name__),
             "give the portal's base URL, host:port or its endpoint …/cddlm/portal",
             UNREACHABLE) from e
+
+
+CONFIG_FILE = "the config file, $CDDLM_CONFIG or ~/.config/cddlm/client.toml"
+
+
+def login_error(fault: str, url: str, credentials) -> tuple[str, str] | None:
+    """What a portal's refusal to authenticate means at the command line (the portal's own
+    words describe the wire: a UsernameToken, Basic, Bearer): (the line, its hint) naming the
+    options, variables and file the credentials come from. None: the portal's line says it."""
+    if "authentication required" in fault:            # the request carried no credentials
+        if credentials is not None and credentials.user:
+            return ("no password for %s, and no terminal to ask for it on" % credentials.user,
+                    "set $CDDLM_PASSWORD, give a token in $CDDLM_TOKEN, or put either in %s"
+                    % CONFIG_FILE)
+        return ("the portal at %s wants to know who you are" % url,
+                "give --user NAME with its password in $CDDLM_PASSWORD or at a terminal's "
+                "prompt, or a token in $CDDLM_TOKEN, or put them in %s" % CONFIG_FILE)
+    sent_password = credentials is not None and credentials.user and credentials.password is not None
+    if "too many failed sign-ins" in fault and sent_password:
+        return (fault, "check --user %s and its password: $CDDLM_PASSWORD, the prompt, or %s"
+                % (credentials.user, CONFIG_FILE))
+    if "authentication failed" not in fault:
+        return None                 # too many tries, or an administrator's operation
+    if sent_password:
+        return (fault, "check --user %s and its password: $CDDLM_PASSWORD, the prompt, or %s"
+                % (credentials.user, CONFIG_FILE))
+    return (fault, "`cddlm token create NAME --users FILE` issues a new token; this one came "
+            "from $CDDLM_TOKEN or %s" % CONFIG_FILE)
 
 
 def add_portal_option(parser: argparse.ArgumentParser) -> None:
@@ -104,6 +143,12 @@ def add_portal_option(parser: argparse.ArgumentParser) -> None:
                         help="present this certificate (mutual TLS; with --client-key)")
     parser.add_argument("--client-key", metavar="PEM", default=argparse.SUPPRESS,
                         help="the client certificate's key")
+
+
+def prose(docstring_paragraph: str) -> str:
+    """A paragraph of a module's docstring as a command's --help shows it: one line, without
+    the reST markup of literals (``cddlm ls``)."""
+    return re.sub(r"``([^`]+)``", r"\1", " ".join(docstring_paragraph.split()))
 
 
 def add_json_option(parser: argparse.ArgumentParser) -> None:

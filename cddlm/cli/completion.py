@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import shlex
 
+from cddlm.cli import common
+
 FILE_METAVARS = {"FILE", "DC", "REQ", "PEM"}
 DIR_METAVARS = {"DIR"}
 
@@ -131,7 +133,7 @@ def cmd_completion(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     c = sub.add_parser("completion", help="print a shell completion script (bash or zsh)",
-                       description=__doc__.split("\n\n")[0] + " Load it with: "
+                       description=common.prose(__doc__.split("\n\n")[0]) + " Load it with: "
                        "source <(cddlm completion bash), or zsh.")
     c.add_argument("shell", choices=("bash", "zsh"), help="the shell")
     c.set_defaults(func=cmd_completion)

@@ -170,8 +170,9 @@ def cmd_deploy(args: argparse.Namespace) -> int:
             from cddlm import xmlsafe
             app.initialize(language=language, body=xmlsafe.parse(data), properties=props,
                            options=options)
-    except BaseException:
+    except BaseException as e:
         cleanup(app, label)     # nothing was deployed: leave nothing behind
+        e.add_note("%s was removed" % label)       # the error's line says so (cddlm.cli.main)
         raise
     if options.get(opts.VALIDATE_ONLY):
         cleanup(app, label)
@@ -242,7 +243,7 @@ def _name(app) -> str | None:
 
 def register(sub) -> None:
     d = sub.add_parser("deploy", help="create, initialize and run an application from a descriptor",
-                       description=__doc__.split("\n\n")[1].replace("\n", " "))
+                       description=common.prose(__doc__.split("\n\n")[1]))
     common.add_portal_option(d)
     d.add_argument("file", metavar="FILE", help="the descriptor: native XML (.xml), CDL (.cdl) "
                    "or a HOT template (.yaml, .yml, .json)")

@@ -61,13 +61,18 @@ class Progress:
     components counted by state and what the first waiting component waits for, e.g.
     ``[ 12.3s] hello: initialized (1 running, 1 starting); waiting for web: log /Serving
     HTTP/ (12s of 60s)``. On a terminal it is redrawn in place at every poll, so the clocks
-    tick; otherwise a plain line is written whenever something other than a clock changes."""
+    tick, and the last one stays. Otherwise (a pipe, a log) the same last line is written
+    when the wait ends, and while it goes on one every ``every`` seconds if something other
+    than a clock changed: a quick deploy prints what a terminal shows at its end."""
 
-    def __init__(self, label: str, stream: TextIO | None = None):
+    def __init__(self, label: str, stream: TextIO | None = None, every: float = 10.0):
         self.label = label
         self.stream = stream or sys.stdout
         self.tty = _isatty(self.stream)
-        self.last_key: tuple | None = None
+        self.every = every
+        self.last_key: tuple | None = None      # what the last line written said
+        self.pending: tuple[tuple, str] | None = None     # a line not written yet (a pipe)
+        self.written = time.monotonic()         # when a line was last written to a pipe
         self.shown = False
         self.start = time.monotonic()
 
@@ -79,22 +84,31 @@ class Progress:
         if waiter is not None:
             line += "; waiting for %s: %s" % (waiter["path"], waiting(waiter))
         key = (status["state"], detail, waiter and (waiter["path"], waiter["waitingFor"]))
-        if not self.tty and key == self.last_key:
-            return
-        self.last_key = key
-        stamp = "[%5.1fs] " % (time.monotonic() - self.start)
+        now = time.monotonic()
+        stamp = "[%5.1fs] " % (now - self.start)
         if self.tty:
             self.stream.write("\r\033[K" + stamp + line)
-        else:
-            self.stream.write(stamp + line + "\n")
-        self.shown = True
+            self.shown = True
+            self.stream.flush()
+            return
+        self.pending = (key, stamp + line) if key != self.last_key else None
+        if self.pending and now - self.written >= self.every:
+            self._write_pending()
+
+    def _write_pending(self) -> None:
+        key, line = self.pending
+        self.stream.write(line + "\n")
         self.stream.flush()
+        self.last_key, self.pending, self.written = key, None, time.monotonic()
 
     def done(self) -> None:
-        """End the line (on a terminal); call before printing anything else."""
+        """End the line: on a terminal, leave it; on a pipe, write the last one if it has
+        not been. Call before printing anything else."""
         if self.tty and self.shown:
             self.stream.write("\n")
             self.stream.flush()
+        elif self.pending:
+            self._write_pending()
         self.shown = False
 
 

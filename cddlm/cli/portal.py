@@ -17,14 +17,34 @@ LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 log = logging.getLogger("cddlm.portal")
 
 
-def setup_logging(state_dir: str, level: str) -> str:
-    """The portal's log: ``STATE/portal.log`` (at info, or debug when asked) and stderr at
-    ``level``. Returns the file's path."""
+def private_log(path: str, max_bytes: int = LOG_BYTES, keep: int = LOG_KEEP) -> logging.Handler:
+    """A rotating log file only its owner may read (0600, however old its files, and after every
+    rotation): it names every tenant's applications and actions, and components running as
+    other accounts may pass through the state directory (``--run-as``: 0711)."""
     from logging.handlers import RotatingFileHandler
+
+    class PrivateLog(RotatingFileHandler):
+        def _open(self):
+            fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            os.fchmod(fd, 0o600)          # a file of an older portal, made with the umask's mode
+            return open(fd, self.mode, encoding=self.encoding, errors=self.errors)
+
+    for n in range(1, keep + 1):           # the old files, rotated by an older portal
+        try:
+            os.chmod("%s.%d" % (path, n), 0o600, follow_symlinks=False)
+        except (OSError, NotImplementedError):    # none there (or a link: left alone)
+            pass
+    return PrivateLog(path, maxBytes=max_bytes, backupCount=keep, encoding="utf-8")
+
+
+def setup_logging(state_dir: str, level: str) -> str:
+    """The portal's log: ``STATE/portal.log`` (at info, or debug when asked; its owner's
+    only) and stderr at ``level``. Returns the file's path."""
     wanted = getattr(logging, level.upper())
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     path = os.path.abspath(os.path.join(state_dir, LOG_FILE))
-    to_file = RotatingFileHandler(path, maxBytes=LOG_BYTES, backupCount=LOG_KEEP, encoding="utf-8")
+    to_file = private_log(path)
     to_file.setLevel(min(wanted, logging.INFO))
     to_stderr = logging.StreamHandler(sys.stderr)
     to_stderr.setLevel(min(wanted, logging.INFO))
@@ -77,8 +97,12 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
                         tls_client_ca=args.tls_client_ca, server_threads=args.server_threads,
                         max_connections=args.max_connections, header_timeout=args.header_timeout,
                         body_timeout=args.body_timeout,
+                        max_connections_per_address=args.max_connections_per_address,
                         security=Security(users_file=args.users, run_as=args.run_as,
-                                          insecure=args.insecure),
+                                          insecure=args.insecure,
+                                          failures_per_minute=args.failures_per_minute,
+                                          user_failures_per_minute=args.user_failures_per_minute,
+                                          password_checks=args.password_checks),
                         quotas=Quotas(**quotas(args.quota)))
     if args.agent and args.datacenter:
         raise UsageError("--agent serves one host (this machine): it takes no --datacenter")
@@ -98,6 +122,9 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
     if args.max_log_bytes is not None:
         settings = settings.replace(limits=dataclasses.replace(settings.limits,
                                                                max_log_bytes=args.max_log_bytes))
+    if args.unauthenticated_body_bytes is not None:
+        settings = settings.replace(limits=dataclasses.replace(
+            settings.limits, unauthenticated_body_bytes=args.unauthenticated_body_bytes))
     settings = settings.replace(allowed_descriptor_dirs=tuple(args.allow_descriptor_dir or ()),
                                 allowed_descriptor_urls=tuple(args.allow_descriptor_url or ()),
                                 descriptor_networks=tuple(args.descriptor_network or ()),
@@ -272,6 +299,19 @@ def register(sub) -> None:
                          "on every CPU)")
     sv.add_argument("--max-connections", type=int, default=4096, metavar="N",
                     help="connections being read or answered at once; more wait (default 4096)")
+    sv.add_argument("--max-connections-per-address", type=int, default=256, metavar="N",
+                    help="connections one client address may hold; its excess is closed (default "
+                         "256; 0: no cap)")
+    sv.add_argument("--failures-per-minute", type=int, default=10, metavar="N",
+                    help="failed password sign-ins as one user from one place (IPv4 /24, IPv6 "
+                         "/64) before that user is refused from there for a while (default 10)")
+    sv.add_argument("--user-failures-per-minute", type=int, default=30, metavar="N",
+                    help="... as one user from anywhere (default 30); a client that signed in "
+                         "before, tokens and digest secrets are never refused")
+    sv.add_argument("--password-checks", type=int, default=0, metavar="N",
+                    help="scrypt password checks at once (default 0: half the cores)")
+    sv.add_argument("--unauthenticated-body-bytes", type=int, default=None, metavar="N",
+                    help="the largest body of a request without HTTP credentials (default 1 MiB)")
     sv.add_argument("--header-timeout", type=float, default=10.0, metavar="S",
                     help="seconds a client has to send its request headers (default 10, at most 60)")
     sv.add_argument("--body-timeout", type=float, default=30.0, metavar="S",

@@ -14,6 +14,7 @@ import getpass
 import sys
 
 from cddlm.application.users import ROLES, UsersFile
+from cddlm.cli import output
 from cddlm.errors import BadArgument
 
 
@@ -36,12 +37,9 @@ def cmd_user(args: argparse.Namespace) -> int:
         if not found:
             print("no users in %s" % users.path)
             return 0
-        rows = [("NAME", "ROLE", "RUN AS", "TOKENS", "DIGEST")] + [
-            (u.name, u.role, u.run_as or "-", str(len(u.tokens)), "yes" if u.digest else "no")
-            for u in found.values()]
-        widths = [max(len(r[i]) for r in rows) for i in range(5)]
-        for r in rows:
-            print("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+        output.table(("NAME", "ROLE", "RUN AS", "TOKENS", "DIGEST"),
+                     [(u.name, u.role, u.run_as or "-", len(u.tokens), "yes" if u.digest else "no")
+                      for u in found.values()])
         return 0
     if args.user_command == "add":
         secret = users.add(args.name, read_password(args.name), args.role, args.run_as,
@@ -75,9 +73,12 @@ def cmd_token(args: argparse.Namespace) -> int:
         user = users.users().get(args.name)
         if user is None:
             raise BadArgument("no user %s in %s" % (args.name, users.path))
-        for token_id, _, created, label in user.tokens:
-            print("%s  %s  %s" % (token_id, dt.datetime.fromtimestamp(created, dt.timezone.utc)
-                                  .strftime("%Y-%m-%d %H:%M:%SZ"), label))
+        if not user.tokens:
+            print("%s has no tokens" % args.name)
+            return 0
+        output.table(("ID", "CREATED", "LABEL"), [
+            (token_id, dt.datetime.fromtimestamp(created, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%SZ"),
+             label) for token_id, _, created, label in sorted(user.tokens, key=lambda t: t[2])])
         return 0
     users.remove_token(args.name, args.id)
     print("token %s of %s revoked" % (args.id, args.name))

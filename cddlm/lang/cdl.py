@@ -222,7 +222,7 @@ class _Resolver:
              rehome: str | None) -> _Doc:
         doc = _Doc(len(self.docs), label, url, rehome)
         self.docs.append(doc)
-        root = parse_xml(data, self.limits, label, quote=url is None)
+        root = parse_xml(data, self.limits, label, quote=self.request.quotes(url))
         # an internal attribute on the root declares the internal namespace there, once, so
         # stamps below add no declarations of their own
         root.set(_ROOT, "")
@@ -249,7 +249,7 @@ class _Resolver:
 
     def check_root(self, root: etree._Element, doc: _Doc) -> list[etree._Element]:
         qn = etree.QName(root)
-        quoted = doc.url is None   # a document read from a location may be any file: not quoted
+        quoted = self.request.quotes(doc.url)
         if qn.namespace != CDL:
             raise self.descriptor_error(
                 "not a CDL 1.0 document: the root element is %s; CDL 1.0 documents are in "

@@ -96,7 +96,7 @@ class Template:
                 raise DescriptorError("the template is larger than %d bytes"
                                       % request.limits.max_template_bytes, kind="too-large")
             data = hot_yaml.load(source, max_nodes=request.limits.max_resolved_nodes,
-                                 quote=request.base_url is None)
+                                 quote=request.quotes(request.base_url))
         if not isinstance(data, dict):
             raise DescriptorError("a HOT template is a mapping", kind="invalid-template")
         if "heat_template_version" not in data:

@@ -139,8 +139,8 @@ def load(text: str | bytes, *, max_nodes: int, quote: bool = True) -> Any:
         if "nesting depth" in problem:   # libyaml's own limit
             raise DescriptorError("the template nests too deeply", kind="too-deep",
                                   line=mark.line + 1 if mark else None) from None
-        raise DescriptorError("not valid YAML" + (": %s" % problem if quote else ""),
-                              kind="not-well-formed", line=mark.line + 1 if mark else None) from None
+        raise DescriptorError(_syntax_error(e, problem, mark, quote), kind="not-well-formed",
+                              line=mark.line + 1 if mark else None) from None
     except DescriptorError as e:
         if not quote and e.kind == "duplicate-key":
             e.message = "a key appears twice in one mapping"
@@ -149,6 +149,21 @@ def load(text: str | bytes, *, max_nodes: int, quote: bool = True) -> Any:
         raise DescriptorError("the template nests too deeply", kind="too-deep") from None
     expanded_size(data, max_nodes)
     return data
+
+
+def _syntax_error(e: yaml.YAMLError, problem: str, mark, quote: bool) -> str:
+    """Where the parser stopped (the line is the error's own) and, when the document may be
+    quoted, why and in what: ``not valid YAML at column 7: did not find expected key (while
+    parsing a block mapping at line 8, column 6)``."""
+    text = "not valid YAML" + (" at column %d" % (mark.column + 1) if mark else "")
+    if not quote:
+        return text
+    text += ": " + problem
+    context, at = getattr(e, "context", None), getattr(e, "context_mark", None)
+    if context:
+        text += " (%s%s)" % (context, " at line %d, column %d" % (at.line + 1, at.column + 1)
+                             if at is not None and at is not mark else "")
+    return text
 
 
 def _check_nodes(root: yaml.Node, limit: int) -> None:

@@ -229,6 +229,14 @@ class ResolveRequest:
     properties: Mapping[str, str] = field(default_factory=dict)  # deploy-time properties
     loader: Loader = no_loader
     limits: Limits = field(default_factory=Limits)
+    own_files: bool = False                # the documents read are the caller's own (below)
+
+    def quotes(self, url: str | None) -> bool:
+        """Whether errors may quote the document at ``url`` (None: the source itself). A
+        document the portal read from a location may be any file: its errors say what kind of
+        problem is where, never the parser's words about it; inline text is the caller's own,
+        and so is every file ``cddlm lang resolve`` reads on the caller's machine."""
+        return url is None or self.own_files
 
 
 class Resolution:

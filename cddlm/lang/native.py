@@ -42,9 +42,9 @@ class _Native:
     def resolve(self, request: ResolveRequest) -> Resolution:
         root = request.source
         if not isinstance(root, etree._Element):
-            root = parse_xml(root, request.limits, quote=request.base_url is None)
+            root = parse_xml(root, request.limits, quote=request.quotes(request.base_url))
         if root.tag != ns.qname(N, "application"):
-            found = "" if request.base_url else ", not %s" % root.tag   # a file's: not quoted
+            found = ", not %s" % root.tag if request.quotes(request.base_url) else ""
             raise DescriptorError("the root element must be {%s}application%s" % (N, found),
                                   kind="wrong-root", line=root.sourceline)
         reader = _Reader(request)

@@ -170,7 +170,7 @@ def _load_node(raw, parent: int | None, where: str, resources, levels, nodes, by
             raise BadArgument("datacenter: duplicate location node name %r" % name)
         level = raw.get("level")
         if level not in levels:
-            raise BadArgument("%s: unknown level %r (levels are %s)" % (where, level, list(levels)))
+            raise BadArgument("%s: unknown level %r (levels are %s)" % (where, level, ", ".join(levels)))
         if parent is not None:
             above = nodes[parent].level
             if levels.index(level) <= levels.index(above):
@@ -182,7 +182,7 @@ def _load_node(raw, parent: int | None, where: str, resources, levels, nodes, by
         for dim, amount in (raw.get("capacity") or {}).items():
             if dim not in resources:
                 raise BadArgument("%s: unknown dimension %r in capacity (resources are %s)"
-                                  % (where, dim, list(resources)))
+                                  % (where, dim, ", ".join(resources)))
             capacity[dim] = number(amount, "%s: capacity %s" % (where, dim))
         agent = raw.get("agent")
         if agent is not None and (not isinstance(agent, str) or not agent):

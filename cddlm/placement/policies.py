@@ -135,7 +135,7 @@ def _partition(policy: Policy, raw, where: str, dc: Datacenter, *, default_scope
     if level is not None:
         if level not in dc.levels:
             raise BadArgument("%s: unknown level %r (levels are %s)" % (where, level,
-                                                                       list(dc.levels)))
+                                                                       ", ".join(dc.levels)))
         policy.partition = ("level", level)
     elif scope in dc.levels:
         policy.partition = ("level", scope)
@@ -173,7 +173,7 @@ def _load_llmn(policy, raw, where, dc, groups, types, tenant):
     for key in ("l1", "l2"):
         if raw.get(key) not in dc.levels:
             raise BadArgument("%s: %s must be a level (one of %s), got %r"
-                              % (where, key, list(dc.levels), raw.get(key)))
+                              % (where, key, ", ".join(dc.levels), raw.get(key)))
     n = integer(raw.get("n"), where + ": n", minimum=1)
     m = len(policy.members)
     policy.params = {"l1": raw["l1"], "l2": raw["l2"], "n": n,

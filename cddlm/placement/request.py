@@ -65,7 +65,7 @@ def load_request(data: dict, dc: Datacenter) -> Request:
         for dim, amount in demand.items():
             if dim not in dc.resources:
                 raise BadArgument("%s: unknown dimension %r in demand (resources are %s)"
-                                  % (where, dim, list(dc.resources)))
+                                  % (where, dim, ", ".join(dc.resources)))
             number(amount, "%s: demand %s" % (where, dim))
         traits = frozenset(string_list(raw.get("traits", []), where + ": traits"))
         forbidden = frozenset(string_list(raw.get("forbidden_traits", []),

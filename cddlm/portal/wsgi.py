@@ -1,5 +1,6 @@
 """The portal's WSGI application: a route table over the three SOAP endpoints and the static
-WSDL/XSD folder, with the request-size limit enforced before a body is read.
+WSDL/XSD folder, with the request-size limit enforced before a body is read, and the gate the
+HTTP server calls before it reads a body (``Router.gate``).
 
     /cddlm/portal                  portal endpoint          (GET ?wsdl: the concrete WSDL)
     /cddlm/applications/{view}     application endpoint     (GET ?wsdl: the same WSDL)
@@ -16,6 +17,16 @@ A web page its operator visits must not be able to drive a portal (on loopback b
 does not answer to (DNS rebinding: a page's own name pointed at 127.0.0.1), requests from
 another site's ``Origin``, and SOAP posts whose ``Content-Type`` is not a SOAP type (a
 cross-site form or ``fetch`` can send ``text/plain`` without asking first).
+
+With users, ``Router.gate`` decides who sends a request before the request costs much: HTTP
+credentials (``Authorization``) are checked before the body is read (wrong ones: the body is
+never read; a password's scrypt runs on the password-check threads, not a server thread). A
+request without them may send at most ``Limits.unauthenticated_body_bytes`` (1 MiB: a
+UsernameToken request with a descriptor of up to about that), and of a SOAP request only the
+header is parsed, within its first ``Limits.max_soap_header_bytes`` (64 KiB), and its
+``wsse:Security`` token checked, before the rest: an unauthenticated client makes the portal
+parse 64 KiB at most. What the gate found (``auth.PRINCIPAL`` or ``auth.REFUSED``) is in the
+environ for the endpoints and the dashboard.
 """
 
 from __future__ import annotations
@@ -31,9 +42,12 @@ from urllib.parse import urlsplit
 from lxml import etree
 from spyne.server.wsgi import WsgiApplication
 
+from cddlm import xmlsafe
 from cddlm.config import Limits
-from cddlm.errors import RequestTooLarge
+from cddlm.errors import BadArgument, RequestTooLarge
 from cddlm.portal import soap
+from cddlm.portal.auth import PRINCIPAL, REFUSED, SECURITY, Authenticator
+from cddlm.portal.faults import to_fault
 from cddlm.portal.soap import Endpoint, fault_envelope
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +59,8 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9_.\-]+\.(wsdl|xsd)$")
 WSDL_NS = "http://schemas.xmlsoap.org/wsdl/"
 XSD_NS = "http://www.w3.org/2001/XMLSchema"
 MOUNTS = ("/cddlm/portal", "/cddlm/applications", "/cddlm/subscriptions")
+LATER = "later"       # the HTTP server's word for "the gate calls resume" (httpserver.LATER)
+GATED = "cddlm.gated"     # environ: the gate has seen this request
 
 
 def static_file(name: str) -> bytes | None:
@@ -79,17 +95,19 @@ SCHEMAS = ("api.xsd", "ext.xsd", "rp-2.xsd", "rl-2.xsd", "b-2.xsd")
 def build(endpoints: dict[str, Endpoint], limits: Limits, portal_url: Callable[[], str],
           dashboard: Callable | None = None, authenticate: soap.Authenticate | None = None,
           names: frozenset[str] = frozenset({"*"}),
-          notified: Callable[[str], None] | None = None) -> "Router":
+          notified: Callable[[str], None] | None = None,
+          authenticator: Authenticator | None = None) -> "Router":
     """The WSGI application for these endpoints (mount point -> endpoint), with ``dashboard``
     (a WSGI application) answering every other path. Every SOAP request is authenticated by
     ``authenticate`` (none: local mode); the WSDL and its schemas are public. ``names`` are
-    the Host names it answers to (``own_names``)."""
+    the Host names it answers to (``own_names``); ``authenticator`` (with users) is what
+    ``Router.gate`` asks."""
     validator = soap.Validator(XSD_DIR, SCHEMAS)
     exchanges = {mount: soap.Exchange(ep, validator, limits, portal_url, authenticate)
                  for mount, ep in endpoints.items()}
     apps = {mount: WsgiApplication(soap.application(ex), max_content_length=limits.max_body_bytes + 1)
             for mount, ex in exchanges.items()}
-    return Router(apps, limits, portal_url, dashboard, names, exchanges, notified)
+    return Router(apps, limits, portal_url, dashboard, names, exchanges, notified, authenticator)
 
 
 AGENTS = "/cddlm/agents/"      # where host portals notify this portal (application/enactment/remote.py)
@@ -148,7 +166,8 @@ class Router:
     def __init__(self, apps: dict[str, WsgiApplication], limits: Limits, portal_url: Callable[[], str],
                  dashboard: Callable | None = None, names: frozenset[str] = frozenset({"*"}),
                  exchanges: dict[str, soap.Exchange] | None = None,
-                 notified: Callable[[str], None] | None = None):
+                 notified: Callable[[str], None] | None = None,
+                 authenticator: Authenticator | None = None):
         self.apps = apps          # mount point -> Spyne WSGI application
         self.exchanges = exchanges or {}   # mount point -> its Exchange (the direct reads)
         # a host portal's notification of a delegated sub-application (AGENTS + host name):
@@ -158,6 +177,39 @@ class Router:
         self.portal_url = portal_url
         self.dashboard = dashboard
         self.names = names        # the Host names answered (see ``refusal``)
+        self.authenticator = authenticator
+
+    # -- before the application: the HTTP server's gate (see the module docstring) ----------------
+    def gate(self, environ: dict, body: bytes | None, resume: Callable) -> object:
+        auth = self.authenticator
+        if auth is None or auth.local:
+            return None
+        path = environ.get("PATH_INFO", "")
+        soap_post = environ.get("REQUEST_METHOD") == "POST" and path.startswith(MOUNTS)
+        if body is None:          # the headers are in, the body is not read
+            environ[GATED] = True
+            if auth.has_header_credentials(environ):
+                if auth.admit(environ, None, lambda: resume(0 if REFUSED in environ else None)):
+                    return 0 if REFUSED in environ else None      # refused: read nothing
+                return LATER
+            if soap_post and not auth.may_read(environ):
+                return 0
+            return self.limits.unauthenticated_body_bytes
+        if PRINCIPAL in environ or REFUSED in environ or not soap_post or not body \
+                or len(body) > self.limits.unauthenticated_body_bytes:
+            return None           # the application answers (too large: RequestTooLarge)
+        limit = self.limits.max_soap_header_bytes
+        try:
+            root = xmlsafe.parse_head(body, "{%s}Body" % soap.ENV, limit)
+            header = root.find("{%s}Header" % soap.ENV)
+            security = header.find(SECURITY) if header is not None else None
+        except BadArgument as e:
+            auth.without_credentials(environ, e, limit)
+            return None
+        if security is None:
+            auth.without_credentials(environ)
+            return None
+        return None if auth.admit(environ, security, lambda: resume(None)) else LATER
 
     def __call__(self, environ, start_response):
         path = environ.get("PATH_INFO", "") or "/"
@@ -195,18 +247,26 @@ class Router:
         return self._plain(start_response, "404 Not Found", b"not found\n")
 
     def _soap(self, mount: str, environ, start_response):
+        if REFUSED in environ:    # by the gate, before the body was read or parsed
+            return self._fault(start_response, environ[REFUSED])
         limit = self.limits.max_body_bytes
+        anonymous = environ.get(GATED) and PRINCIPAL not in environ
+        if anonymous:
+            limit = self.limits.unauthenticated_body_bytes
         declared = environ.get("CONTENT_LENGTH")
         try:
             size = int(declared) if declared else None
         except ValueError:
             size = None
-        if size is not None and size > limit:
-            return self._fault(start_response, RequestTooLarge(size, limit))
         stream = environ["wsgi.input"]
-        data = stream.read(limit + 1) if size is None else stream.read(size)
-        if len(data) > limit:
-            return self._fault(start_response, RequestTooLarge(None, limit))
+        data = b"" if size is not None and size > limit else \
+            stream.read(limit + 1) if size is None else stream.read(size)
+        if len(data) > limit or (size is not None and size > limit):
+            too_large = RequestTooLarge(size, limit)
+            if anonymous:
+                too_large.message += (" for a request without HTTP credentials (send Basic or "
+                                      "Bearer credentials in the Authorization header for more)")
+            return self._fault(start_response, too_large)
         environ = dict(environ)
         environ["SCRIPT_NAME"] = environ.get("SCRIPT_NAME", "").rstrip("/") + mount
         environ["PATH_INFO"] = environ.get("PATH_INFO", "")[len(mount):]
@@ -220,8 +280,9 @@ class Router:
         return self.apps[mount](environ, start_response)
 
     def _fault(self, start_response, exc):
-        return self._send(start_response, "500 Internal Server Error", "text/xml; charset=utf-8",
-                          fault_envelope(exc))
+        fault = to_fault(exc)
+        return self._send(start_response, fault.status, "text/xml; charset=utf-8",
+                          fault_envelope(exc), list(fault.headers.items()))
 
     @staticmethod
     def _send(start_response, status, ctype, data: bytes, extra=()):

@@ -5,7 +5,7 @@
     /datacenter                               the datacenter as a picture, with the components on it
     /hosts                                    hosts (state, capacity, who serves them) and live portals
     /static/{file}                            the page's own CSS and JavaScript
-    /api/v1/...                               the JSON read API behind it (README: "The dashboard")
+    /api/v1/...                               the JSON read API behind it (docs/dashboard.md)
 
 It reads through ``cddlm.application.views`` with the request's principal and never opens the
 store itself; nothing it answers changes anything.

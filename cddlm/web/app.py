@@ -252,7 +252,7 @@ class Dashboard:
         data, ctype = self._static_cache[name]
         return Response("200 OK", ctype, data, [("Cache-Control", "no-cache")])
 
-    # -- the JSON read API (README: "The dashboard and its read API") --------------------------------
+    # -- the JSON read API (docs/dashboard.md) -----------------------------------------------------
     def api_applications(self, request: Request) -> Response:
         return _json(self.views.applications(
             request.principal, state=request.query.get("state") or None,

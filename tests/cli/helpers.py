@@ -4,6 +4,7 @@ loopback, with stdout not a terminal (or, with ``tty=True``, a pseudo-terminal).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from xml.sax.saxutils import escape
 ROOT = Path(__file__).resolve().parents[2]
 NATIVE = "urn:cddlm:lang:components:1"
 TRACEBACK = "Traceback (most recent call last)"
+UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
 
 
 def env_for(portal: str | None) -> dict:
@@ -24,9 +27,17 @@ def env_for(portal: str | None) -> dict:
 
 
 def cddlm(*args: str, portal: str | None = None, check: bool = True, timeout: float = 120,
-          cwd: Path = ROOT) -> subprocess.CompletedProcess:
+          cwd: Path = ROOT, env: dict | None = None) -> subprocess.CompletedProcess:
+    """The command, stdin not a terminal; ``env`` adds to (or, with None values, removes from)
+    the environment."""
+    environ = env_for(portal)
+    for key, value in (env or {}).items():
+        if value is None:
+            environ.pop(key, None)
+        else:
+            environ[key] = value
     r = subprocess.run([sys.executable, "-m", "cddlm.cli", *args], capture_output=True, text=True,
-                       env=env_for(portal), cwd=cwd, timeout=timeout)
+                       env=environ, cwd=cwd, timeout=timeout, stdin=subprocess.DEVNULL)
     assert TRACEBACK not in r.stderr, r.stderr
     if check:
         assert r.returncode == 0, r.stderr
@@ -71,3 +82,16 @@ def pid_alive(pid: int) -> bool:
 def banner(live_portal) -> list[str]:
     """What a live portal printed on stderr before it said it was ready (its banner)."""
     return live_portal.log_path.read_text().splitlines()
+
+
+def shape(lines: list[str], paths: bool = False) -> list[str]:
+    """Lines as compared: ids, times, numbers (and with ``paths``, absolute paths) replaced,
+    blanks collapsed (column widths follow the values). Every line counts: a quick wait's
+    progress is one line on a pipe too, as on a terminal."""
+    out: list[str] = []
+    for line in lines:
+        line = TIME.sub("<time>", UUID.sub("<uuid>", line))
+        if paths:
+            line = re.sub(r"/[^\s)]+", "<path>", line)
+        out.append(" ".join(re.sub(r"\d+", "<n>", line).split()))
+    return out

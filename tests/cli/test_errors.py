@@ -21,7 +21,7 @@ def test_portal_accepts_a_base_url_host_port_or_the_endpoint(shared_portal):
     for form in (endpoint, base, base + "/", base[len("http://"):], endpoint + "?wsdl"):
         r = cddlm("ls", "--portal", form)
         assert r.stdout.startswith(("NAME", "no applications")), (form, r.stdout)
-    # before the command too, as the README writes it, and $CDDLM_PORTAL in any form
+    # before the command too, as docs/cli.md writes it, and $CDDLM_PORTAL in any form
     assert cddlm("--portal", base + "/", "ls").returncode == 0
     assert cddlm("ls", portal=base[len("http://"):]).returncode == 0
 

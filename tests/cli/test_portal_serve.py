@@ -73,3 +73,29 @@ def test_log_level_sends_the_log_to_stderr_too(tmp_path):
     lp.stop()
     stderr = lp.log_path.read_text()
     assert " INFO cddlm.portal: portal ready at " in stderr
+
+
+def test_the_portal_log_stays_private_across_rotations(tmp_path):
+    """STATE/portal.log names every tenant's applications: 0600, whatever an older portal left
+    (tests/hostile/test_swapped_directories.py reads it as another account on a live portal)."""
+    import logging
+    import stat
+    from cddlm.cli.portal import private_log
+    path = tmp_path / "portal.log"
+    for name in ("portal.log", "portal.log.2"):
+        (tmp_path / name).write_text("old\n")
+        (tmp_path / name).chmod(0o644)
+    handler = private_log(str(path), max_bytes=200, keep=3)
+    logger = logging.getLogger("test.private-log")
+    logger.propagate = False
+    logger.addHandler(handler)
+    try:
+        for n in range(40):
+            logger.warning("line %d %s", n, "x" * 40)
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["portal.log", "portal.log.1", "portal.log.2", "portal.log.3"]
+    for name in names:
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600, name

@@ -1,6 +1,7 @@
 """The README's tour is the output exactly as printed (issue 13): its commands run against a
 live portal, and every line they print has the README's shape (ids, times, numbers and paths
-aside); its command table names every command there is."""
+aside); the command reference (docs/cli.md) names every command there is, and its
+troubleshooting table the messages printed."""
 
 from __future__ import annotations
 
@@ -12,34 +13,16 @@ import time
 from pathlib import Path
 
 from cddlm.cli import build_parser
-from tests.cli.helpers import ROOT, banner, cddlm, env_for, popen
+from tests.cli.helpers import ROOT, banner, cddlm, env_for, popen, shape
 
 README = (ROOT / "README.md").read_text()
-UUID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z")
+CLI = (ROOT / "docs" / "cli.md").read_text()
 
 
 def console_blocks(section: str) -> list[list[str]]:
     text = README[README.index(section):]
     text = text[:text.index("\n## ", 1)]
     return [b.split("\n") for b in re.findall(r"```console\n(.*?)\n```", text, re.S)]
-
-
-def shape(lines: list[str], paths: bool = False) -> list[str]:
-    """Lines as compared: ids, times, numbers (and with ``paths``, absolute paths) replaced,
-    blanks collapsed (column widths follow the values), and a run of progress lines reduced
-    to its last (a terminal redraws one line in place)."""
-    out: list[str] = []
-    for line in lines:
-        line = TIME.sub("<time>", UUID.sub("<uuid>", line))
-        if paths:
-            line = re.sub(r"/[^\s)]+", "<path>", line)
-        line = " ".join(re.sub(r"\d+", "<n>", line).split())
-        if line.startswith("[ <n>.<n>s]") and out and out[-1].startswith("[ <n>.<n>s]"):
-            out[-1] = line
-        else:
-            out.append(line)
-    return out
 
 
 def commands(block: list[str]) -> list[tuple[str, list[str]]]:
@@ -88,7 +71,7 @@ def test_the_tour_prints_what_the_readme_shows(live_portal):
 
 
 def test_the_command_table_names_every_command():
-    table = README[README.index("## Commands"):README.index("Exit codes (scripts")]
+    table = CLI[CLI.index("## Commands"):CLI.index("## Exit codes")]
     parser = build_parser()
     missing = []
     for action in parser._subparsers._group_actions[0].choices.items():
@@ -98,11 +81,11 @@ def test_the_command_table_names_every_command():
         missing += [w for w in words if "`cddlm %s" % w not in table]
     assert not missing, missing
     for code in ("| 0 |", "| 1 |", "| 2 |", "| 3 |", "| 4 |", "| 130 |", "| 141 |"):
-        assert code in README
+        assert code in CLI
 
 
 def test_the_troubleshooting_messages_are_the_ones_printed(shared_portal, tmp_path):
-    section = README[README.index("### Troubleshooting"):]
+    section = CLI[CLI.index("## Troubleshooting"):]
     r = cddlm("ls", "--portal", "127.0.0.1:1", check=False)
     assert "no portal answers at URL (is `cddlm portal serve` running?)".replace("`", "") in \
         section.replace("`", "")

@@ -53,15 +53,22 @@ def status(state: str, *health: dict) -> dict:
     return {"state": state, "health": list(health)}
 
 
-def test_progress_on_a_pipe_writes_a_line_per_change_not_per_clock_tick():
-    out = io.StringIO()
-    p = output.Progress("app", out)
+def test_progress_on_a_pipe_writes_the_last_line_and_one_a_while_if_something_changed():
     web = {"path": "web", "type": "process", "state": "starting", "waitingFor": "log /x/",
            "waited": 1.0, "timeout": 30.0}
+    out = io.StringIO()
+    p = output.Progress("app", out)                           # a quick wait: what a terminal
+    p(status("initialized", web))                             # shows at its end, no more
+    p(status("running", dict(web, state="running", waitingFor=None)))
+    p.done()
+    (line,) = out.getvalue().splitlines()
+    assert line.endswith("] app: running (1 running)")
+    out = io.StringIO()
+    p = output.Progress("app", out, every=0.0)                # a long one: a line a while
     p(status("initialized", web))
     p(status("initialized", dict(web, waited=2.0)))           # only the clock moved
     p(status("running", dict(web, state="running", waitingFor=None)))
-    p.done()
+    p.done()                                                  # written already: not twice
     lines = out.getvalue().splitlines()
     assert len(lines) == 2
     assert lines[0].endswith("] app: initialized (1 starting); waiting for web: log /x/ (1s of 30s)")

@@ -29,15 +29,14 @@ def corpus_dir() -> Path | None:
 
 def memory_loader(files: dict[str, str]):
     """A loader serving ``files`` (location -> text) and the project's library."""
-    from cddlm.application.loader import library_file
+    from cddlm.application.loader import Loader
+    library = Loader()                  # reads the library's own documents, nothing else
 
     def load(location: str) -> bytes:
         if location in files:
             return files[location].encode()
         if location.startswith(ns.LIBRARY_PREFIX):
-            data = library_file(location[len(ns.LIBRARY_PREFIX):])
-            if data is not None:
-                return data
+            return library(location)
         raise ResolutionError("no such document %s" % location, kind="import", path=location)
     return load
 

@@ -6,7 +6,7 @@ import pytest
 from lxml import etree
 
 from cddlm import ns
-from cddlm.application.loader import library_file
+from cddlm.application.loader import Loader
 from cddlm.errors import DescriptorError
 from cddlm.lang import library, policies
 from tests.lang.helpers import LIBRARY_IMPORT, cdl_doc, resolve_cdl
@@ -17,7 +17,7 @@ def deploy(system: str, configuration: str = "", **kw):
 
 
 def test_every_library_type_has_a_prototype_marking_its_type():
-    root = etree.fromstring(library_file("components.cdl"))
+    root = etree.fromstring(Loader()(ns.LIBRARY_PREFIX + "components.cdl"))
     prototypes = root.find("{%s}configuration" % ns.CDL)
     marked = {etree.QName(p).localname: p.get("{%s}type" % ns.CMP) for p in prototypes
               if isinstance(p.tag, str)}

@@ -3,7 +3,7 @@
 For each generated tree (``trees.py``): create, initialize, run. Initialize either answers the
 fault the model says (a tree without a leaf, if that is the documented choice) and changes
 nothing, or is accepted; an accepted one settles within ``BOUND`` seconds in the state the
-model derives from the README's rules, with the invariants of ``harness.py`` holding; then
+model derives from docs/components.md's rules, with the invariants of ``harness.py`` holding; then
 terminate leaves no process behind, within the bound too.
 """
 
@@ -15,7 +15,7 @@ from cddlm.client import PortalFault
 from tests.property.harness import BOUND
 from tests.property.trees import NATIVE, descriptor, expect, trees
 
-# the README's choice for a tree whose containers hold no leaf (issue 17)
+# docs/components.md's choice for a tree whose containers hold no leaf (issue 17)
 LEAFLESS = "settles"
 
 

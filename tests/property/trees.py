@@ -7,7 +7,7 @@ and without a readiness check or a restart policy) and ``file``s, some ``optiona
 taking a sibling's runtime value through a lazy reference.
 
 ``expect(tree)`` is the model: the state the application must settle in after ``initialize``
-and ``run`` (or the fault ``initialize`` must answer), derived from the README's rules without
+and ``run`` (or the fault ``initialize`` must answer), derived from docs/components.md's rules without
 looking at the portal's planner:
 
 - a process that exits non-zero fails; one that exits 0 fails unless it runs to completion

@@ -3,8 +3,8 @@ UsernameToken, too many tries. Every refusal is a wsse:FailedAuthentication faul
 with a Basic challenge, or 429) and leaves the store as it was; the right credentials work in
 every form a SOAP stack sends them (zeep's UsernameToken, text and digest; Basic; Bearer).
 
-Each test that fails on purpose sends from its own loopback address (127.0.0.N), so that the
-rate limit it trips is its own."""
+Each test that fails on purpose sends from its own loopback address (127.0.N.1: a place of its
+own, an IPv4 /24), so that the limit it trips is its own."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def refused(reply: wire.Reply, status: int = 401) -> str:
 
 def test_no_credentials_on_any_endpoint(net):
     before = wire.snapshot(net.db)
-    src = "127.0.0.11"
+    src = "127.0.11.1"
     targets = [(net.url, CREATE), (net.url, "<wsrf-rp:GetResourceProperty>api:applications"
                                             "</wsrf-rp:GetResourceProperty>"),
                (net.base + "/cddlm/applications/0123abcd", "<api:runRequest/>"),
@@ -56,7 +56,7 @@ def test_no_credentials_on_any_endpoint(net):
 
 def test_wrong_credentials_in_every_form(net):
     before = wire.snapshot(net.db)
-    src = "127.0.0.12"
+    src = "127.0.12.1"
     bad = [
         {"headers": wire.basic("alice", "not-her-password")},
         {"headers": wire.basic("mallory", "whatever-it-is")},
@@ -72,7 +72,7 @@ def test_wrong_credentials_in_every_form(net):
         headers = [case["wsse"]] if "wsse" in case else []
         text = refused(wire.soap(net.url, CREATE, headers, headers=case.get("headers"), source=src))
         assert "authentication failed" in text or "authentication required" in text, text
-    assert "wrong password" in net.log() and "127.0.0.12" in net.log()   # failures are logged
+    assert "wrong password" in net.log() and "127.0.12.1" in net.log()   # failures are logged
     assert wire.snapshot(net.db) == before
 
 
@@ -105,7 +105,7 @@ def test_zeep_username_token_text_and_digest(net):
 def test_a_replayed_username_token_is_refused(net):
     """The same signed message sent twice: the second is refused, whether the nonce comes back
     in a byte-identical envelope or in a new request."""
-    src = "127.0.0.13"
+    src = "127.0.13.1"
     token = wire.username_token("bob", net.digest["bob"], digest=True, nonce=os.urandom(16),
                                 created=wire.zulu())
     body = wire.envelope(CREATE, [token])
@@ -130,7 +130,7 @@ def test_a_replayed_username_token_is_refused(net):
 
 def test_stale_and_future_tokens_are_refused(net):
     before = wire.snapshot(net.db)
-    src = "127.0.0.14"
+    src = "127.0.14.1"
     now = dt.datetime.now(dt.timezone.utc)
     for created in (now - dt.timedelta(minutes=10), now + dt.timedelta(minutes=10)):
         token = wire.username_token("bob", net.digest["bob"], digest=True, created=wire.zulu(created))
@@ -146,19 +146,27 @@ def test_stale_and_future_tokens_are_refused(net):
     assert wire.snapshot(net.db) == before
 
 
-def test_failures_are_rate_limited_per_address(net):
-    src, other = "127.0.0.21", "127.0.0.22"
+def test_failures_are_limited_per_user_and_place(net):
+    """Guesses at bob from one place (an IPv4 /24) are limited there; the limit holds up no
+    other user from that very address, and bob from another place."""
+    src, neighbour, elsewhere = "127.0.21.1", "127.0.21.2", "127.0.22.1"
     before = wire.snapshot(net.db)
     statuses = [wire.soap(net.url, LOOKUP, headers=wire.basic("bob", "guess-%d" % i), source=src).status
                 for i in range(12)]
     assert statuses[:10] == [401] * 10 and statuses[10:] == [429, 429], statuses
-    # while limited, even the right password is not checked from that address
-    limited = wire.soap(net.url, LOOKUP, headers=auth("bob"), source=src)
-    assert "too many failed" in refused(limited, 429)
-    assert int(limited.headers["retry-after"]) >= 1
-    # another address is not held up
-    fine = wire.soap(net.url, LOOKUP, headers=auth("bob"), source=other)
-    assert fine.fault[1] == "NoSuchApplicationFault"
+    # while limited, a password of bob's never seen valid is not checked from that place (an
+    # address of the same /24 included): it cannot be told from the next guess
+    for source in (src, neighbour):
+        limited = wire.soap(net.url, LOOKUP, headers=auth("bob"), source=source)
+        assert "too many failed sign-ins as bob from 127.0.21.0/24" in refused(limited, 429)
+        assert int(limited.headers["retry-after"]) >= 1
     assert wire.request(net.base + "/api/v1/applications", headers=auth("bob"), source=src).status == 429
-    assert "authentication refused from 127.0.0.21" in net.log()
+    # another user behind the same address is not held up, nor bob from another place
+    for user, source in (("alice", src), ("carol", neighbour), ("bob", elsewhere)):
+        fine = wire.soap(net.url, LOOKUP, headers=auth(user), source=source)
+        assert fine.fault[1] == "NoSuchApplicationFault", (user, fine.status, fine.body[:300])
+    # and once bob's password was seen valid, it is checked from the limited place too
+    known = wire.soap(net.url, LOOKUP, headers=wire.basic("bob", PASSWORDS["bob"]), source=src)
+    assert known.fault[1] == "NoSuchApplicationFault", known.body[:300]
+    assert "authentication refused from 127.0.21.1" in net.log()
     assert wire.snapshot(net.db) == before

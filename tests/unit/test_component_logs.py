@@ -6,8 +6,22 @@ import os
 import threading
 import time
 
-from cddlm.application.enactment import logs
+from cddlm.application.enactment import confine, logs
 from cddlm.budget import user_regex
+
+
+def rotate(path, cap: int) -> bool:
+    """``logs.rotate`` of the log at ``path`` (its directory opened as the capper does)."""
+    folder = confine.open_dir(os.path.dirname(path), [], False)
+    try:
+        return logs.rotate(folder, os.path.basename(path), cap)
+    finally:
+        os.close(folder)
+
+
+def watch(capper: logs.Capper, workdir, cap: int) -> None:
+    """Watch ``workdir`` as a component directory below its parent (the application's)."""
+    capper.watch(os.path.dirname(str(workdir)), os.path.basename(str(workdir)), cap)
 
 
 def test_logs_replaced_by_links_or_fifos_are_neither_followed_nor_opened(tmp_path):
@@ -18,20 +32,20 @@ def test_logs_replaced_by_links_or_fifos_are_neither_followed_nor_opened(tmp_pat
     os.symlink(victim, work / "stdout.log")
     os.mkfifo(work / "stderr.log")
     started = time.monotonic()
-    assert not logs.Follower(str(work), user_regex("(?m)^ready$", 100)).seen()
-    assert not logs.rotate(str(work / "stdout.log"), 100)
-    assert not logs.rotate(str(work / "stderr.log"), 100)
+    assert not logs.Follower(str(tmp_path), "c", user_regex("(?m)^ready$", 100)).seen()
+    assert not rotate(work / "stdout.log", 100)
+    assert not rotate(work / "stderr.log", 100)
     assert time.monotonic() - started < 1 and victim.read_text().startswith("ready")
     os.unlink(work / "stdout.log")
     (work / "stdout.log").write_text("y" * 5000 + "\n")
     os.symlink(victim, work / "stdout.log.1")      # planted where the rotated part goes
-    assert logs.rotate(str(work / "stdout.log"), 100)
+    assert rotate(work / "stdout.log", 100)
     assert victim.read_text().startswith("ready") and not (work / "stdout.log.1").is_symlink()
 
 
 def test_a_follower_reads_only_what_is_new_and_restarts_after_rotation(tmp_path):
     out = tmp_path / "stdout.log"
-    follower = logs.Follower(str(tmp_path), user_regex("(?m)^ready$", 100))   # as local.py does
+    follower = logs.Follower(str(tmp_path.parent), tmp_path.name, user_regex("(?m)^ready$", 100))
     assert not follower.seen()
     out.write_bytes(b"x" * (3 * logs.CHUNK) + b"\npartial rea")
     assert not follower.seen() and not follower.seen() and not follower.seen()
@@ -48,22 +62,27 @@ def test_a_follower_reads_only_what_is_new_and_restarts_after_rotation(tmp_path)
 def test_rotation_keeps_the_last_cap_bytes_from_a_line(tmp_path):
     out = tmp_path / "stdout.log"
     out.write_bytes(b"".join(b"line %06d\n" % i for i in range(10_000)))
-    assert logs.rotate(str(out), 1000)
+    assert rotate(out, 1000)
     kept = (tmp_path / "stdout.log.1").read_bytes()
     assert len(kept) <= 1000 and kept.startswith(b"line ") and kept.endswith(b"line 009999\n")
     assert out.stat().st_size == 0
-    assert not logs.rotate(str(out), 1000)
+    assert not rotate(out, 1000)
 
 
 def test_the_capper_keeps_a_growing_log_near_its_cap(tmp_path):
     capper = logs.Capper()
-    capper.watch(str(tmp_path), 64 * 1024)
+    watch(capper, str(tmp_path), 64 * 1024)
     with open(tmp_path / "stderr.log", "ab") as f:
         for _ in range(40):
             f.write(b"y" * 8191 + b"\n")
             f.flush()
             time.sleep(0.02)
-    capper.check()
+    # the writes stopped: the next look (at most PERIOD away; the thread's, or this one when it
+    # is due) leaves the log under its cap (between looks it may hold a period's writes more)
+    deadline = time.monotonic() + 2 * logs.PERIOD + 0.5
+    while (tmp_path / "stderr.log").stat().st_size > 64 * 1024 and time.monotonic() < deadline:
+        capper.check()
+        time.sleep(0.02)
     assert (tmp_path / "stderr.log").stat().st_size <= 64 * 1024
     assert (tmp_path / "stderr.log.1").exists()
     capper.forget_below(str(tmp_path.parent))
@@ -81,7 +100,7 @@ def test_a_quiet_log_that_starts_flooding_is_capped_at_once(tmp_path):
     """The kernel says when a log is written: a log quiet for seconds is looked at as soon as
     it is written again, not after the schedule's longest wait (QUIET)."""
     capper = logs.Capper()
-    capper.watch(str(tmp_path), 64 * 1024)
+    watch(capper, str(tmp_path), 64 * 1024)
     (tmp_path / "stdout.log").write_bytes(b"started\n")
     time.sleep(4.0)        # looks on a schedule: at 3.75 s, then 7.75 s (every QUIET seconds)
     with open(tmp_path / "stdout.log", "ab") as f:
@@ -106,16 +125,16 @@ def test_quiet_logs_are_not_looked_at(tmp_path, monkeypatch):
         d.mkdir()
         (d / "stdout.log").write_bytes(b"hello\n")
         dirs.append(str(d))
-        capper.watch(str(d), 1024)
+        watch(capper, str(d), 1024)
     time.sleep(1.0)                     # the first looks, and the second (PERIOD after)
     looks = []
-    real_stat = os.stat
+    real_open_dir = confine.open_dir
 
-    def counted(path, *a, **k):
-        if str(path).startswith(str(tmp_path)):
-            looks.append(path)
-        return real_stat(path, *a, **k)
-    monkeypatch.setattr(logs.os, "stat", counted)
+    def counted(base, names, *a, **k):
+        if base.startswith(str(tmp_path)):
+            looks.append(os.path.join(base, *names))
+        return real_open_dir(base, names, *a, **k)
+    monkeypatch.setattr(logs.confine, "open_dir", counted)
     try:
         time.sleep(5.0)
         assert looks == []
@@ -124,9 +143,9 @@ def test_quiet_logs_are_not_looked_at(tmp_path, monkeypatch):
         while not (tmp_path / "c7" / "stderr.log.1").exists() and time.monotonic() < deadline:
             time.sleep(0.02)
         assert (tmp_path / "c7" / "stderr.log.1").exists()
-        assert {os.path.dirname(p) for p in looks} == {dirs[7]}
+        assert set(looks) == {dirs[7]}
     finally:
-        monkeypatch.setattr(logs.os, "stat", real_stat)
+        monkeypatch.setattr(logs.confine, "open_dir", real_open_dir)
         capper.forget_below(str(tmp_path))
 
 
@@ -136,6 +155,10 @@ def test_when_the_kernel_drops_its_word_every_log_is_looked_at_again(tmp_path):
     class Kernel:                             # inotify, as far as the capper uses it
         def __init__(self):
             self.watches, self.events = 0, []
+            self.fd = os.eventfd(1)           # always has something to say
+
+        def fileno(self):
+            return self.fd
 
         def add_watch(self, path, mask):
             self.watches += 1
@@ -154,7 +177,7 @@ def test_when_the_kernel_drops_its_word_every_log_is_looked_at_again(tmp_path):
     work = [tmp_path / "a", tmp_path / "b"]
     for d in work:
         d.mkdir()
-        capper.watch(str(d), 1024)
+        watch(capper, str(d), 1024)
     capper.check()
     time.sleep(logs.PERIOD)
     capper.check()                            # quiet: left to the kernel (and SWEEP)
@@ -165,6 +188,7 @@ def test_when_the_kernel_drops_its_word_every_log_is_looked_at_again(tmp_path):
     capper._hear(0)
     assert capper.check() == 1
     assert (work[1] / "stdout.log.1").exists()
+    os.close(kernel.fd)
 
 
 def test_forgotten_directories_do_not_wake_the_capper(tmp_path):
@@ -175,13 +199,13 @@ def test_forgotten_directories_do_not_wake_the_capper(tmp_path):
     capper._notify = None                         # on a schedule: looks every PERIOD..QUIET
     for i in range(2000):
         (tmp_path / "app" / str(i)).mkdir(parents=True)
-        capper.watch(str(tmp_path / "app" / str(i)), 1024)
+        watch(capper, str(tmp_path / "app" / str(i)), 1024)
     (tmp_path / "other").mkdir()
     capper.check()
     assert capper._until_next() <= logs.PERIOD
     capper.forget_below(str(tmp_path / "app"))
     assert capper._until_next() == logs.SWEEP     # nothing watched: the longest wait
-    capper.watch(str(tmp_path / "other"), 1024)
+    watch(capper, str(tmp_path / "other"), 1024)
     assert capper._until_next() <= 0              # the new one: at once
 
 
@@ -196,7 +220,7 @@ def test_quiet_logs_are_swept_together_on_whole_seconds(tmp_path):
     for i in range(40):
         d = tmp_path / ("c%d" % i)
         d.mkdir()
-        capper.watch(str(d), 1024)
+        watch(capper, str(d), 1024)
         work.append(str(d))
         capper.check()                            # the first looks, spread over time
         time.sleep(0.01)
@@ -207,3 +231,58 @@ def test_quiet_logs_are_swept_together_on_whole_seconds(tmp_path):
     assert len(due) <= 2                          # 40 looks over ~0.7 s: one or two wakes
     capper.forget_below(str(tmp_path))
     capper._notify.close()
+
+
+def test_a_directory_newly_watched_is_armed_and_looked_at_at_once(tmp_path):
+    """With one quiet component watched, the capper sleeps until its next sweep; a second
+    component's directory, watched then, must not wait for it: flooded at once, it is capped
+    within a look or two (it kept 384 MiB for 30 s)."""
+    capper = logs.Capper()
+    quiet, loud = tmp_path / "quiet", tmp_path / "loud"
+    for d in (quiet, loud):
+        d.mkdir()
+    (quiet / "stdout.log").write_bytes(b"started\n")
+    watch(capper, quiet, 64 * 1024)
+    deadline = time.monotonic() + 5
+    while capper._until_next() < 5:           # quiet, armed: next look at the sweep
+        assert time.monotonic() < deadline, "the quiet directory is still looked at often"
+        time.sleep(0.05)
+    watch(capper, loud, 64 * 1024)
+    with open(loud / "stdout.log", "ab") as f:
+        f.write((b"z" * 1023 + b"\n") * 1024)    # 1 MiB, sixteen caps
+    deadline = time.monotonic() + 1.0
+    while not (loud / "stdout.log.1").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    try:
+        assert (loud / "stdout.log.1").exists(), "not rotated within 1 s of the write"
+        assert (loud / "stdout.log").stat().st_size <= 64 * 1024
+    finally:
+        capper.forget_below(str(tmp_path))
+
+
+def test_logs_are_reached_from_the_application_directory_never_through_a_link(tmp_path):
+    """A component renames a directory above its own and links it to another tenant's: the
+    capper neither truncates nor writes there, a follower reads nothing there."""
+    other = tmp_path / "other-tenant" / "web"
+    other.mkdir(parents=True)
+    big = b"BOBSECRET=hunter2\n" + b"y" * 200_000 + b"\n"
+    (other / "stdout.log").write_bytes(big)
+    app = tmp_path / "app"
+    (app / "site" / "web").mkdir(parents=True)
+    follower = logs.Follower(str(app), "site/web", user_regex("(?m)^BOBSECRET=hunter2$", 100))
+    capper = logs.Capper()
+    capper._thread = threading.current_thread()   # no thread of its own: this test drives it
+    capper._notify = None
+    capper.watch(str(app), "site/web", 1024)
+    os.rename(app / "site", app / "site.old")
+    os.symlink(tmp_path / "other-tenant", app / "site")
+    assert capper.check() == 0
+    assert not follower.seen()
+    assert (other / "stdout.log").read_bytes() == big and not (other / "stdout.log.1").exists()
+    assert str(app / "site" / "web") in capper.watched()      # still watched: the link may go
+    os.unlink(app / "site")
+    os.rename(app / "site.old", app / "site")
+    (app / "site" / "web" / "stdout.log").write_bytes(b"BOBSECRET=hunter2\n" + b"x" * 4096)
+    assert follower.seen()
+    time.sleep(logs.PERIOD)                   # its next look (nothing grew where it could see)
+    assert capper.check() == 1

@@ -136,26 +136,32 @@ def write_file(base: str, relative: str, content: bytes, mode: int,
     if not names:
         raise Escape("the path names the application's directory itself")
     fd = open_dir(base, names[:-1], True, account)
-    tmp = names[-1] + ".cddlm-tmp"
     try:
-        try:
-            os.unlink(tmp, dir_fd=fd)
-        except FileNotFoundError:
-            pass
-        out = open_file(fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            view = memoryview(content)
-            while view:
-                view = view[os.write(out, view):]
-            if account is not None:
-                os.fchown(out, account.uid, account.gid)
-            os.fchmod(out, mode)
-        finally:
-            os.close(out)
-        os.replace(tmp, names[-1], src_dir_fd=fd, dst_dir_fd=fd)
+        write_in(fd, names[-1], content, mode, account)
     finally:
         os.close(fd)
     return os.path.join(base, *names)
+
+
+def write_in(dir_fd: int, name: str, content: bytes, mode: int, account: Account | None) -> None:
+    """Write ``name`` in the directory ``dir_fd`` atomically (a temporary file renamed over it,
+    whatever was there, a link too), the account's."""
+    tmp = name + ".cddlm-tmp"
+    try:
+        os.unlink(tmp, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    out = open_file(dir_fd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        view = memoryview(content)
+        while view:
+            view = view[os.write(out, view):]
+        if account is not None:
+            os.fchown(out, account.uid, account.gid)
+        os.fchmod(out, mode)
+    finally:
+        os.close(out)
+    os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
 
 
 def remove_file(base: str, relative: str) -> None:

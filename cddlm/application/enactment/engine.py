@@ -719,7 +719,7 @@ class Engine:
             if not self._watchable(host):
                 continue
             if self.watcher.watch(pid, (app_id, path)):
-                logs.CAPPER.watch(runner.component_dir(app_id, path), self.settings.limits.max_log_bytes)
+                logs.CAPPER.watch(runner.app_dir(app_id), path, self.settings.limits.max_log_bytes)
             else:
                 unwatched.setdefault(app_id, set()).add(path)
         self._check_many(unwatched)

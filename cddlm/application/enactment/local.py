@@ -275,11 +275,11 @@ class LocalRunner:
         return _Wait(poll, 0.2)
 
     def adopt(self, t: Target) -> tuple[int, str] | None:
-        """A live process left by an interrupted start (its pid file), if any."""
-        pidfile = os.path.join(self.component_dir(t.app_id, t.path), "pid")
+        """A live process left by an interrupted start (its pid file, read as every file below
+        the application's directory is: never through a link, never blocking), if any."""
         try:
-            with open(pidfile) as f:
-                pid = int(f.read().strip() or 0)
+            data, _ = confine.read_tail(self.app_dir(t.app_id), t.path + "/pid", 32, 0)
+            pid = int(data.strip() or 0)
         except (OSError, ValueError):
             return None
         started = procfs.start_time(pid)
@@ -330,7 +330,7 @@ class LocalRunner:
                 if isinstance(spawned, Outcome):
                     return spawned
                 pid, started = spawned
-        logs.CAPPER.watch(workdir, self.settings.limits.max_log_bytes)
+        logs.CAPPER.watch(self.app_dir(t.app_id), t.path, self.settings.limits.max_log_bytes)
         base = dict(pid=pid, pid_start=started,
                     runtime={"pid": pid, "host": self.host, "workdir": workdir})
         ready = t.attributes.get("readiness")
@@ -364,10 +364,7 @@ class LocalRunner:
         self._make_dirs(t, account)
         cwd = self._cwd(t, workdir)
         pidfile = os.path.join(workdir, "pid")
-        try:
-            os.unlink(pidfile)
-        except FileNotFoundError:
-            pass
+        confine.remove_file(self.app_dir(t.app_id), t.path + "/pid")
         as_account = {} if account is None else dict(user=account.uid, group=account.gid,
                                                       extra_groups=[], umask=0o077)
         base = self.app_dir(t.app_id)
@@ -385,12 +382,12 @@ class LocalRunner:
         timeout = float(ready.get("timeout") or READINESS_TIMEOUT)
         interval = float(ready.get("interval") or 0.1)
         deadline = time.monotonic() + timeout
-        workdir = self.component_dir(t.app_id, t.path)
+        app_dir = self.app_dir(t.app_id)
         follower = None
         if "log" in ready:
             try:
                 # ^ and $ are the ends of a line, as in a log they are meant
-                follower = logs.Follower(workdir, user_regex(
+                follower = logs.Follower(app_dir, t.path, user_regex(
                     "(?m)" + str(ready["log"]), self.settings.limits.max_pattern_chars + 4))
             except PatternError as e:
                 # a pattern recorded before patterns were checked (or a lazy one): the
@@ -403,7 +400,8 @@ class LocalRunner:
             if gone is not None:
                 return self._failure(gone, base, "exited before it was ready: ")
             try:
-                problem = readiness(ready, workdir, self.settings.probe_networks, follower)
+                problem = readiness(ready, app_dir, t.path, self.settings.probe_networks,
+                                    follower)
             except netsafe.Refused as e:
                 return wait.become(self._failing(pid, started, Outcome(
                     "failed", "readiness check refused: %s" % e, **base)))
@@ -460,7 +458,7 @@ class LocalRunner:
         if t.type == "process":
             ended = self.check_process(pid, started)
             if ended is None:   # running (perhaps adopted after a restart): cap its logs
-                logs.CAPPER.watch(self.component_dir(t.app_id, t.path),
+                logs.CAPPER.watch(self.app_dir(t.app_id), t.path,
                                   self.settings.limits.max_log_bytes)
             return ended
         if t.type == "file":
@@ -672,17 +670,23 @@ def _http(url: str, timeout: float, networks: tuple[str, ...]) -> str | None:
     return None if status < 400 else "http %s: status %d" % (url, status)
 
 
-def readiness(ready: dict, workdir: str, networks: tuple[str, ...],
+def readiness(ready: dict, app_dir: str, path: str, networks: tuple[str, ...],
               follower: logs.Follower | None = None) -> str | None:
-    """None when the readiness condition holds, else what is missing. A ``log`` condition
-    needs the ``follower`` that remembers how far the logs were read."""
+    """None when the readiness condition holds, else what is missing: of the component ``path``
+    below the application's directory ``app_dir`` (a ``file`` is looked for from there, one
+    name at a time, never through a link). A ``log`` condition needs the ``follower`` that
+    remembers how far the logs were read."""
     if "tcp" in ready:
         spec = str(ready["tcp"])
         return _tcp(spec if ":" in spec else "127.0.0.1:" + spec, 0.5, networks)
     if "http" in ready:
         return _http(str(ready["http"]), 1.0, networks)
     if "file" in ready:
-        return None if confine.exists(workdir, str(ready["file"])) \
+        try:
+            below = confine.inside(app_dir, str(ready["file"]))
+        except Escape:
+            below = None
+        return None if below and confine.exists(app_dir, "/".join([path] + below)) \
             else "file %s does not exist" % ready["file"]
     if "log" in ready:
         if follower is not None and follower.seen():

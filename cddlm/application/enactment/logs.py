@@ -9,8 +9,10 @@ every ``PERIOD`` seconds, and, when one has passed its cap, keeps its last ``cap
 holds at most about twice its cap, plus what is written in one period. Quiet logs cost nothing;
 the capper spends at most about a quarter of a core looking, however many logs grow.
 
-Logs are opened through ``confine`` (no link followed, no FIFO or device opened): a component
-may replace its own log with anything.
+Logs are opened through ``confine``, walked from the application's directory one name at a
+time (no link followed, on the way or at the end; no FIFO or device opened): a component may
+replace its own log, or a directory above its own, with anything, and the portal (root) still
+reads and truncates only that application's own files.
 
 A readiness check waiting for a line (``log: PATTERN``) reads each log with a ``Follower``:
 from where it stopped, at most ``CHUNK`` bytes per look, a partial last line carried to the
@@ -24,6 +26,7 @@ import heapq
 import logging
 import math
 import os
+import select
 import threading
 import time
 
@@ -41,25 +44,35 @@ QUIET = 4.0                   # at most this between looks at logs that have sto
                               # where the kernel cannot say when they are written
 SWEEP = 30.0                  # at most this between looks at any log
 SWEEP_GRAIN = 1.0             # seconds: quiet logs' looks are due on whole multiples of it
-ARMED = (inotify_simple.flags.MODIFY | inotify_simple.flags.ONESHOT
-         | inotify_simple.flags.ONLYDIR | inotify_simple.flags.DONT_FOLLOW)
+# armed through /proc/self/fd/N of the directory the walk opened: that link is followed (to
+# exactly that directory), so no DONT_FOLLOW
+ARMED = inotify_simple.flags.MODIFY | inotify_simple.flags.ONESHOT | inotify_simple.flags.ONLYDIR
 
 
 class Follower:
-    """Follows a component's logs for a pattern (``seen()``), reading only what is new."""
+    """Follows a component's logs for a pattern (``seen()``), reading only what is new: the
+    component's directory is ``relative`` below the application's directory ``base``."""
 
-    def __init__(self, workdir: str, pattern):
-        self.workdir = workdir
+    def __init__(self, base: str, relative: str, pattern):
+        self.base = base
+        self.names = confine.inside(base, relative)
         self.pattern = pattern
         self._at: dict[str, tuple[int, int]] = {}     # stream -> (inode, offset)
         self._carry: dict[str, bytes] = {}
 
     def seen(self) -> bool:
-        return any(self._look(name) for name in STREAMS)
-
-    def _look(self, name: str) -> bool:
         try:
-            fd = _open(self.workdir, name, os.O_RDONLY)
+            folder = confine.open_dir(self.base, self.names, False)
+        except (confine.Escape, OSError):
+            return False
+        try:
+            return any(self._look(folder, name) for name in STREAMS)
+        finally:
+            os.close(folder)
+
+    def _look(self, folder: int, name: str) -> bool:
+        try:
+            fd = confine.open_file(folder, name, os.O_RDONLY)
         except (confine.Escape, OSError):
             return False
         try:
@@ -86,21 +99,12 @@ class Follower:
         return bool(complete) and self.pattern.search(complete) is not None
 
 
-def _open(folder: str, name: str, flags: int) -> int:
-    """``folder/name``, a regular file of its own, opened without following a link."""
-    dir_fd = confine.open_dir(folder, [], False)
+def rotate(folder: int, name: str, cap: int, where: str = "") -> bool:
+    """When the log ``name`` in the directory ``folder`` (a descriptor; ``where`` names it in
+    messages) holds more than ``cap`` bytes: keep its last ``cap`` as ``name.1`` (the log's
+    owner's) and truncate it. Returns whether it did."""
     try:
-        return confine.open_file(dir_fd, name, flags)
-    finally:
-        os.close(dir_fd)
-
-
-def rotate(path: str, cap: int) -> bool:
-    """When ``path`` holds more than ``cap`` bytes: keep its last ``cap`` as ``path.1`` (the
-    log's owner's) and truncate it. Returns whether it did."""
-    folder, name = os.path.split(path)
-    try:
-        fd = _open(folder, name, os.O_RDWR)
+        fd = confine.open_file(folder, name, os.O_RDWR)
     except (confine.Escape, OSError):
         return False
     try:
@@ -112,11 +116,11 @@ def rotate(path: str, cap: int) -> bool:
         tail = tail[cut:] if 0 < cut < len(tail) else tail
         owner = None if info.st_uid == os.geteuid() else \
             confine.Account("", info.st_uid, info.st_gid, "")
-        confine.write_file(folder, name + ".1", tail, 0o600, owner)
+        confine.write_in(folder, name + ".1", tail, 0o600, owner)
         os.ftruncate(fd, 0)
         return True
     except (confine.Escape, OSError) as e:
-        log.warning("cannot rotate %s: %s", path, e)
+        log.warning("cannot rotate %s: %s", os.path.join(where, name), e)
         return False
     finally:
         os.close(fd)
@@ -128,12 +132,18 @@ class Capper:
     directory, armed before each look and spent by its first event, so a log written without
     pause costs one event and one look per ``PERIOD``, and a quiet one nothing); a directory
     that grew is looked at again after ``PERIOD``, and every one at least every ``SWEEP``
-    seconds (should the kernel's queue overflow, every directory at once). Where the kernel
-    cannot watch a directory (its limit of watches reached, no inotify), it is looked at on a
-    schedule: ever less often while quiet, up to ``QUIET``."""
+    seconds (should the kernel's queue overflow, every directory at once). A directory newly
+    watched wakes the thread, to be armed and looked at at once (asleep until its next look,
+    the thread would leave a new component's first hundreds of megabytes on disk up to
+    ``SWEEP``). Where the kernel cannot watch a directory (its limit of watches reached, no
+    inotify), it is looked at on a schedule: ever less often while quiet, up to ``QUIET``.
+
+    Directories are known by their path (``forget``, ``forget_below``) and reached from their
+    application's directory (``watch``'s ``base``), one name at a time, never through a link."""
 
     def __init__(self):
         self._dirs: dict[str, int] = {}       # component directory -> cap in bytes
+        self._where: dict[str, tuple[str, list[str]]] = {}    # -> (application dir, names below)
         self._seen: dict[str, tuple[int, float, float, float]] = {}
         # -> (size, interval, next look, last look)
         self._due: list[tuple[float, str]] = []                # heap of (next look, directory)
@@ -141,13 +151,19 @@ class Capper:
         self._by_wd: dict[int, str] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._wake = threading.Event()
+        self._bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)   # wakes the thread
         self._notify: inotify_simple.INotify | None = None
 
-    def watch(self, workdir: str, cap: int) -> None:
+    def watch(self, base: str, relative: str, cap: int) -> None:
+        """Keep the logs of the component directory ``relative`` below the application's
+        directory ``base`` under ``cap`` bytes each."""
+        names = confine.inside(base, relative)
+        workdir = os.path.join(base, *names)
         with self._lock:
-            if workdir not in self._dirs:
+            new = workdir not in self._dirs
+            if new:
                 heapq.heappush(self._due, (0.0, workdir))
+                self._where[workdir] = (base, names)
             self._dirs[workdir] = cap
             if self._thread is None or not self._thread.is_alive():
                 if self._notify is None:
@@ -159,6 +175,8 @@ class Capper:
                 self._thread = threading.Thread(target=self._run, name="cddlm-log-capper",
                                                 daemon=True)
                 self._thread.start()
+        if new:
+            os.eventfd_write(self._bell, 1)
 
     def forget(self, workdir: str) -> None:
         with self._lock:
@@ -171,6 +189,7 @@ class Capper:
 
     def _drop(self, workdir: str) -> None:
         self._dirs.pop(workdir, None)
+        self._where.pop(workdir, None)
         self._seen.pop(workdir, None)
         wd = self._armed.pop(workdir, None)
         if wd is not None:
@@ -190,13 +209,13 @@ class Capper:
         seen = self._seen.get(workdir)
         return workdir in self._dirs and (seen is None or seen[2] == when)
 
-    def _next_due(self, now: float) -> tuple[str, int] | None:
-        """The next directory due for a look (and its cap), taken off the heap."""
+    def _next_due(self, now: float) -> tuple[str, int, str, list[str]] | None:
+        """The next directory due for a look (its cap, and where it is), taken off the heap."""
         with self._lock:
             while self._due and self._due[0][0] <= now:
                 when, workdir = heapq.heappop(self._due)
                 if self._current(when, workdir):
-                    return workdir, self._dirs[workdir]
+                    return (workdir, self._dirs[workdir]) + self._where[workdir]
             return None      # (entries of forgotten directories, or stale ones, are dropped)
 
     def _schedule(self, workdir: str, size: int, interval: float, when: float,
@@ -204,13 +223,14 @@ class Capper:
         self._seen[workdir] = (size, interval, when, last)
         heapq.heappush(self._due, (when, workdir))
 
-    def _arm(self, workdir: str) -> bool:
-        """A watch on ``workdir`` for its next change (before the look, so a write after the
-        look is heard); False where the kernel will not give one."""
+    def _arm(self, workdir: str, folder: int) -> bool:
+        """A watch on the directory ``folder`` (a descriptor of ``workdir``) for its next
+        change (before the look, so a write after the look is heard); False where the kernel
+        will not give one."""
         if self._notify is None:
             return False
         try:
-            wd = self._notify.add_watch(workdir, ARMED)
+            wd = self._notify.add_watch("/proc/self/fd/%d" % folder, ARMED)
         except OSError:
             return False
         with self._lock:
@@ -222,6 +242,20 @@ class Capper:
                 self._by_wd[wd] = workdir
         return True
 
+    def _look(self, workdir: str, folder: int, cap: int) -> tuple[int, int]:
+        """The logs' total size in the directory ``folder``, and how many were rotated."""
+        total = rotated = 0
+        for name in STREAMS:
+            try:
+                size = os.stat(name, dir_fd=folder, follow_symlinks=False).st_size
+            except OSError:
+                continue
+            total += size
+            if size > cap and rotate(folder, name, cap, workdir):
+                rotated += 1
+                log.info("rotated %s (over %d bytes)", os.path.join(workdir, name), cap)
+        return total, rotated
+
     def check(self) -> int:
         """One look at every watched log that is due; returns how many it rotated."""
         rotated = 0
@@ -230,23 +264,23 @@ class Capper:
             found = self._next_due(now)
             if found is None:
                 return rotated
-            workdir, cap = found
-            armed = self._arm(workdir)
+            workdir, cap, base, names = found
             seen = self._seen.get(workdir)
-            total = 0
-            for name in STREAMS:
-                path = os.path.join(workdir, name)
+            armed, total = False, seen[0] if seen else 0
+            try:
+                folder = confine.open_dir(base, names, False)
+            except FileNotFoundError:
+                self.forget(workdir)          # its application is gone
+                continue
+            except (confine.Escape, OSError):
+                folder = None                 # a link now: nothing there is looked at
+            if folder is not None:
                 try:
-                    size = os.stat(path, follow_symlinks=False).st_size
-                except OSError:
-                    if not os.path.isdir(workdir):
-                        self.forget(workdir)
-                        break
-                    continue
-                total += size
-                if size > cap and rotate(path, cap):
-                    rotated += 1
-                    log.info("rotated %s (over %d bytes)", path, cap)
+                    armed = self._arm(workdir, folder)
+                    total, done = self._look(workdir, folder, cap)
+                    rotated += done
+                finally:
+                    os.close(folder)
             grew = seen is None or seen[0] != total
             interval = PERIOD if grew else min(QUIET, 2 * seen[1])
             # quiet: the kernel will say; its sweep look is due on a whole SWEEP_GRAIN, with
@@ -258,12 +292,22 @@ class Capper:
                     self._schedule(workdir, total, interval, when, now)
 
     def _hear(self, timeout: float) -> None:
-        """Wait up to ``timeout`` seconds for the kernel's word of logs written; a directory
-        written is looked at ``PERIOD`` after its last look (at once if that has passed)."""
-        if self._notify is None:
-            self._wake.wait(timeout)
+        """Wait up to ``timeout`` seconds for the kernel's word of logs written, or for a
+        directory newly watched; a directory written is looked at ``PERIOD`` after its last
+        look (at once if that has passed)."""
+        poller = select.poll()
+        poller.register(self._bell, select.POLLIN)
+        if self._notify is not None:
+            poller.register(self._notify.fileno(), select.POLLIN)
+        ready = {fd for fd, _ in poller.poll(max(0, int(timeout * 1000)))}
+        if self._bell in ready:
+            try:
+                os.eventfd_read(self._bell)
+            except BlockingIOError:
+                pass
+        if self._notify is None or self._notify.fileno() not in ready:
             return
-        events = self._notify.read(timeout=int(timeout * 1000))
+        events = self._notify.read(timeout=0)
         now = time.monotonic()
         with self._lock:
             for event in events:
@@ -298,7 +342,7 @@ class Capper:
                 self._hear(min(SWEEP, max(self._until_next(), 3 * spent, 0.01)))
             except Exception:   # the capper must outlive any surprise
                 log.exception("the log capper failed")
-                self._wake.wait(PERIOD)
+                time.sleep(PERIOD)
 
 
 CAPPER = Capper()

@@ -13,6 +13,8 @@ from cddlm.lang.model import Component as Node, Deployment, Lazy
 
 # the runtime values ``resolve`` adds to a component's attributes
 RESOLVED_RUNTIME = ("pid", "host", "workdir", "port", "state", "exit_code", "location", "job", "node")
+# every runtime value a reference may name (besides what a runner records in ``runtime``)
+RUNTIME_NAMES = RESOLVED_RUNTIME + ("ports", "exit_signal", "restarts")
 
 
 class HostValues:
@@ -70,6 +72,15 @@ class HostValues:
             return self.value(node.attributes[name], seen | {target})
         value = self.runtime(comp_path, name)
         if value is None:
+            row = self.rows.get(comp_path)
+            if name not in node.attributes and name not in RUNTIME_NAMES and row is not None \
+                    and name not in row.runtime:
+                # not a value that is still to come: one that will never be
+                raise ResolutionError("%s does not exist: %s has no attribute or runtime value of "
+                                      "that name (attributes: %s; runtime values: %s)" % (
+                                          target, comp_path, ", ".join(sorted(node.attributes))
+                                          or "none", ", ".join(RESOLVED_RUNTIME)),
+                                      kind="unresolved-reference", path=target)
             raise ResolutionError("%s has no value yet on host %s" % (target, self.host),
                                   kind="unresolved-reference", path=target)
         return value
