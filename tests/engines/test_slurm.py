@@ -201,6 +201,8 @@ def test_a_start_repeated_after_a_crash_adopts_the_job_it_finds(slurm, tmp_path)
     assert runner.stop(t, None, None, None).event == "stopped"
     assert wait_until(lambda: not live_jobs(slurm, job_name(t.app_id, t.path)), 10)
     assert runner.check(t, first.pid, first.pid_start).event == "failed"
+    Slurm().cancel([first.pid], "TERM")     # a job that ended meanwhile: nothing to do, no error
+    Slurm().cancel([first.pid])
 
 
 # -- readiness, logs, values ---------------------------------------------------------------------

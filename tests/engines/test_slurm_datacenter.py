@@ -136,3 +136,13 @@ def test_a_portal_on_no_slurm_says_what_is_missing(tmp_path, monkeypatch):
     monkeypatch.setenv("SLURM_BIN", str(tmp_path / "empty"))
     with pytest.raises(ConfigurationError, match="must be a Slurm submit host"):
         Portal(Settings(state_dir=str(tmp_path / "state2"), datacenter_file="slurm:"))
+
+
+def test_a_cancel_of_jobs_that_ended_meanwhile_is_no_failure(tmp_path, monkeypatch):
+    from cddlm.application.enactment.slurmctl import Slurm, SlurmUnavailable
+    failing_slurm(tmp_path, monkeypatch, "scancel: error: Kill job error on job id 5: "
+                                         "Job/step already completing or completed")
+    Slurm().cancel([5], "TERM")
+    failing_slurm(tmp_path, monkeypatch, "scancel: error: Unable to contact slurm controller")
+    with pytest.raises(SlurmUnavailable, match="Unable to contact"):
+        Slurm().cancel([5])

@@ -292,14 +292,20 @@ class SlurmRunner:
         follower = None
         if ready and "log" in ready:
             try:
-                follower = logs.Follower(workdir, user_regex(
+                follower = logs.Follower(self.files.app_dir(t.app_id), t.path, user_regex(
                     "(?m)" + str(ready["log"]), self.settings.limits.max_pattern_chars + 4))
             except PatternError as e:
                 return self._failing(job_id, Outcome("failed", "readiness log pattern: %s" % e))
         timeout = float((ready or {}).get("timeout") or READINESS_TIMEOUT)
 
         def poll() -> Outcome | None:
-            jobs, top = self.slurm.jobs()
+            try:
+                jobs, top = self.slurm.jobs()
+            except SlurmUnavailable as e:       # asked again at the next poll, for a while
+                if time.monotonic() - since > self.settings.slurm_pending_timeout:
+                    return Outcome("failed", "job %d: Slurm gave no answer for %g s: %s" % (
+                        job_id, self.settings.slurm_pending_timeout, e), pid=job_id)
+                return None
             job = jobs.get(job_id)
             if job is None:
                 if job_id > top:
@@ -325,7 +331,8 @@ class SlurmRunner:
             port = str(ready.get("tcp") or "").rpartition(":")[2]
             if port.isdigit():      # the port it listens on, as its readiness found it
                 base["runtime"]["ports"] = [int(port)]
-            problem = readiness(ready, workdir, self.settings.probe_networks, follower)
+            problem = readiness(ready, self.files.app_dir(t.app_id), t.path,
+                                self.settings.probe_networks, follower)
             if problem is None:
                 return Outcome("running", **base)
             if time.monotonic() - state["running"] > timeout:
@@ -427,7 +434,10 @@ class SlurmRunner:
         whole job cancelled after ``grace`` seconds; after that Slurm ends it (on its node,
         when the node answers), and the wait ends ``GIVE_UP`` seconds later in any case."""
         if sig is not None:
-            self.slurm.cancel([job_id], sig)
+            try:
+                self.slurm.cancel([job_id], sig)
+            except SlurmUnavailable as e:   # (a pending job takes no signal) cancelled after grace
+                log.info("could not signal job %d: %s", job_id, e)
         state = {"cancelled": False, "deadline": time.monotonic() + grace}
         known = {"job": job}
 

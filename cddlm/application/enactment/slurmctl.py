@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import threading
@@ -30,6 +31,11 @@ MAX_OUTPUT = 64 * 1024 * 1024   # bytes of one command's answer (squeue over man
 # job states in which a job holds (or will hold) its node: a look before a submit finds these
 LIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING",
                   "SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
+
+
+# what scancel says of a job that ended meanwhile: nothing to do, no failure
+ENDED_ALREADY = re.compile(r"already completing or completed|Invalid job id specified|"
+                           r"Job has already finished")
 
 
 class SlurmUnavailable(CddlmError):
@@ -96,7 +102,8 @@ class Slurm:
                                    "be a Slurm submit host" % name)
         return found
 
-    def run(self, argv: list[str], stdin: str | None = None, env: dict | None = None) -> str:
+    def run(self, argv: list[str], stdin: str | None = None, env: dict | None = None,
+            benign: re.Pattern | None = None) -> str:
         name = argv[0]
         try:
             done = subprocess.run([self._command(name)] + argv[1:], input=stdin, env=env or self.env,
@@ -105,6 +112,9 @@ class Slurm:
             raise SlurmUnavailable("%s gave no answer in %g s" % (name, self.timeout)) from None
         except OSError as e:
             raise SlurmUnavailable("cannot run %s: %s" % (name, e.strerror or e)) from None
+        if done.returncode != 0 and benign is not None and done.stderr.strip() and all(
+                benign.search(line) for line in done.stderr.splitlines() if line.strip()):
+            return done.stdout      # only complaints that change nothing
         if done.returncode != 0:
             said = " ".join((done.stderr or done.stdout or "").split())[:500]
             raise SlurmUnavailable("%s failed (status %d): %s" % (name, done.returncode,
@@ -171,7 +181,7 @@ class Slurm:
         if not ids:
             return
         argv = ["scancel"] + (["--signal=" + signal, "--batch"] if signal else [])
-        self.run(argv + [str(i) for i in sorted(set(ids))])
+        self.run(argv + [str(i) for i in sorted(set(ids))], benign=ENDED_ALREADY)
 
     # -- nodes ----------------------------------------------------------------------------------
     def nodes(self, fresh: bool = False) -> dict[str, dict]:
