@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: serve test soak install clean cluster docs slurm-cluster
+.PHONY: serve test soak install clean cluster docs ssh-cluster slurm-cluster
 
 install: $(STAMP)
 
@@ -30,6 +30,11 @@ soak: install
 # three host portals on 127.0.0.2-4 and a front portal delegating to them (docs/multihost.md)
 cluster: install
 	examples/multihost/cluster.sh
+
+# SSH hosts (an sshd per network namespace, nothing of ours on them) and a portal on
+# 127.0.0.1:8080 ($FRONT_PORT) deploying onto them over SSH (docs/engines.md; needs root)
+ssh-cluster: install
+	$(BIN)/python -m tests.engines.sshd $(ARGS)
 
 # a Slurm cluster (slurmctld here, a slurmd per network namespace) and a portal on 127.0.0.1:8080
 # ($FRONT_PORT) with --datacenter slurm: deploying onto it as batch jobs (docs/engines.md; root)

@@ -105,7 +105,8 @@ def main() -> None:
         verify_secret("bench-password", stored)
     scrypt_ms = (time.perf_counter() - t) * 100
     local, local_port = start(os.path.join(folder, "local"), [])
-    run_as = ["--run-as", "nobody"] if os.geteuid() == 0 else []
+    # not root: components would run as the portal's own account, which only --insecure allows
+    run_as = ["--run-as", "nobody"] if os.geteuid() == 0 else ["--insecure"]
     secured, port = start(os.path.join(folder, "users"), ["--users", users.path] + run_as)
     basic = {"Authorization": "Basic " + base64.b64encode(b"bench:bench-password").decode()}
     forms = [

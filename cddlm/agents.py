@@ -15,6 +15,10 @@ The credentials file is TOML, readable by its owner only when it holds a secret:
     user = "front-h2"
     password = "..."
 
+    [hosts.s1]                 # a host whose agent is ssh://USER@ADDRESS[:PORT]
+    ssh_key = "id_ed25519"     # the private key offered (no ssh-agent, no ~/.ssh/config)
+    known_hosts = "known"      # its host key must be there (else ~/.ssh/known_hosts)
+
 Faults from a host portal become ``RemoteFault`` (the fault element kept as ``cause``),
 silence, refusals and answers that are not SOAP become ``AgentUnreachable``, and a
 sub-application the host portal does not know becomes ``Gone``.
@@ -36,7 +40,8 @@ from cddlm.application.hosts import Host
 from cddlm.config import Settings
 from cddlm.errors import ClientError, ConfigurationError, RemoteFault
 
-KEYS = {"user", "password", "token", "ca_file", "client_cert", "client_key"}
+KEYS = {"user", "password", "token", "ca_file", "client_cert", "client_key",
+        "ssh_key", "known_hosts"}     # the last two: SSH hosts (application/enactment/ssh.py)
 GONE_FAULTS = {"ResourceUnknownFault", "NoSuchApplicationFault"}
 
 
@@ -149,7 +154,12 @@ def factory(settings: Settings) -> Callable[[Host], ClientHostPortal]:
     creds = load_credentials(settings.agent_credentials_file)
 
     def make(host: Host) -> ClientHostPortal:
-        chosen = dict(creds.get("default") or {})
-        chosen.update(creds.get(host.name) or {})
-        return ClientHostPortal(host, settings, chosen)
+        return ClientHostPortal(host, settings, chosen(creds, host.name))
     return make
+
+
+def chosen(creds: dict[str, dict[str, str]], host: str) -> dict[str, str]:
+    """The credentials for ``host``: ``[default]`` with its own ``[hosts.NAME]`` over it."""
+    out = dict(creds.get("default") or {})
+    out.update(creds.get(host) or {})
+    return out

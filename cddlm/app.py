@@ -15,17 +15,23 @@ import logging
 import os
 import pwd
 import socket
+import stat
 import threading
 import time
 from typing import Callable
 
 from cddlm import agents as agent_clients
-from cddlm import httpserver
+from cddlm import httpserver, metrics
+from cddlm.application import census, fencing
+from cddlm.application.enactment import logs
 from cddlm.application.enactment.engine import Engine
 from cddlm.application.enactment import slurm
 from cddlm.application.enactment.remote import Agents, DelegateRunner, RemoteRunner
 from cddlm.application.enactment.slurmctl import Slurm, SlurmUnavailable
+from cddlm.application.enactment.ssh import SshRunner
+from cddlm.application.enactment.sshlink import Loop as SshLoop
 from cddlm.application.loader import Loader
+from cddlm.application.health import Readiness, StoreProbe, front_renewed
 from cddlm.application.nonces import open_record
 from cddlm.application.hosts import Hosts
 from cddlm.application.service import Service
@@ -43,6 +49,7 @@ from cddlm.portal.auth import Authenticator
 from cddlm.portal.handlers import Handlers
 from cddlm.portal.subscriptions import SubscriptionHandlers
 from cddlm.web.app import Dashboard
+from cddlm.web.operations import Operations
 from cddlm.xpathsafe import XPathPool
 
 log = logging.getLogger(__name__)
@@ -56,6 +63,7 @@ logging.getLogger("spyne.application.client").setLevel(logging.CRITICAL)
 logging.getLogger("spyne.application.server").setLevel(logging.CRITICAL)
 logging.getLogger("spyne.application").setLevel(logging.CRITICAL)   # faults are not errors (Busy)
 logging.getLogger("spyne.util.appreg").setLevel(logging.ERROR)
+logging.getLogger("asyncssh").setLevel(logging.WARNING)    # (it logs every SSH channel at info)
 
 
 def load_hosts(settings: Settings) -> Hosts:
@@ -141,20 +149,23 @@ def exposure(settings: Settings) -> list[str]:
     do); return the warnings to print loudly for those ``--insecure`` lets through."""
     sec = settings.security
     warnings = []
+
+    def refuse(text: str, remedy: str) -> None:
+        if not sec.insecure:
+            raise ConfigurationError("refusing to start: %s%s, or pass --insecure to do it anyway"
+                                     % (text, remedy))
+        warnings.append("INSECURE: %s (--insecure)" % text)
+
     exposed = not is_loopback(settings.host)
     missing = [what for what, ok in (("a users file (--users)", sec.users_file),
                                      ("TLS (--tls-cert and --tls-key)", settings.tls_cert)) if not ok]
     if exposed and missing:
-        text = ("listening on %s without %s lets anyone who reaches the port %s" % (
+        refuse("listening on %s without %s lets anyone who reaches the port %s" % (
             settings.host, " and ".join(missing),
             "run any command on this machine as the portal's user" if not sec.users_file
-            else "read the passwords sent to it"))
-        if not sec.insecure:
-            raise ConfigurationError(
-                "refusing to start: %s. Create users with `cddlm user add NAME --users FILE`, "
-                "give --users FILE --tls-cert PEM --tls-key PEM (or listen on 127.0.0.1 behind a "
-                "TLS reverse proxy), or pass --insecure to do it anyway" % text)
-        warnings.append("INSECURE: %s (--insecure)" % text)
+            else "read the passwords sent to it"),
+            ". Create users with `cddlm user add NAME --users FILE`, give --users FILE "
+            "--tls-cert PEM --tls-key PEM (or listen on 127.0.0.1 behind a TLS reverse proxy)")
     root = os.geteuid() == 0
     if sec.run_as:
         fixed = "{user}" not in sec.run_as
@@ -166,13 +177,54 @@ def exposure(settings: Settings) -> list[str]:
         if not root and (account is None or account.pw_uid != os.geteuid()):
             raise ConfigurationError("--run-as needs the portal to run as root (it switches to "
                                      "that account for each component)")
-    elif root and sec.users_file:
-        text = ("components would run as root, the portal's own account; give --run-as "
-                "ACCOUNT (an unprivileged account, or a pattern such as 'cddlm-{user}')")
-        if not sec.insecure:
-            raise ConfigurationError("refusing to start: " + text + ", or pass --insecure")
-        warnings.append("INSECURE: " + text + " (--insecure)")
+    if sec.users_file and (not sec.run_as or not root):
+        # every user's components would run as the portal itself: they could rewrite the users
+        # file (its name is on the portal's command line) or the store and become administrators
+        refuse("components would run as %s, the portal's own account, and could rewrite the "
+               "users file and the store: any user could make themselves an administrator"
+               % ("root" if root else _account_of(os.geteuid())),
+               "; %s --run-as ACCOUNT (an unprivileged account, or a pattern such as "
+               "'cddlm-{user}')" % ("give" if root else "run the portal as root with"))
+    elif sec.users_file:
+        replaceable = _replaceable(sec.users_file)
+        if replaceable:
+            refuse("the users file %s can be changed by accounts other than the portal's (%s): "
+                   "components running as them could make themselves administrators"
+                   % (sec.users_file, replaceable),
+                   "; keep the file and the folders above it writable by the portal's account "
+                   "only (chmod go-w)")
     return warnings
+
+
+def _account_of(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return "uid %d" % uid
+
+
+def _replaceable(path: str) -> str | None:
+    """Why ``path`` (a file the portal trusts) could be rewritten or replaced by an account other
+    than the portal's own and root, or None: it, or a folder above it, belongs to another
+    account or is writable by its group or others (a sticky folder, /tmp, only lets each
+    account replace its own names)."""
+    mine = (0, os.geteuid())
+    path = os.path.abspath(path)
+    first = True
+    while True:
+        try:
+            st = os.stat(path)
+        except OSError:
+            return None if first else "%s cannot be examined" % path
+        writable = st.st_mode & 0o022 and (first or not st.st_mode & stat.S_ISVTX)
+        if st.st_uid not in mine:
+            return "%s belongs to %s" % (path, _account_of(st.st_uid))
+        if writable:
+            return "%s has mode %o" % (path, stat.S_IMODE(st.st_mode))
+        parent = os.path.dirname(path)
+        if parent == path:
+            return None
+        path, first = parent, False
 
 
 def _check_reachable(folder: str) -> None:
@@ -221,14 +273,16 @@ class Portal:
         # hosts whose agent is another portal: a remote runner each, and a monitor of them all
         make_portal = agent_clients.factory(settings)
         callback = lambda: settings.agent_callback_url or self.url  # noqa: E731
-        # hosts whose agent is a Slurm node: one client of the cluster shared by their runners
+        # hosts whose agent is a Slurm node: one client of the cluster, and one runner for
+        # the whole cluster (the engine gives it all the nodes' shares of a batch at once)
         self.slurm = Slurm(settings.slurm_timeout, ttl=min(0.5, settings.liveness_interval / 2))
-
-        # one runner for the whole cluster: the engine gives it all the nodes' shares at once
         self.slurm_runner = slurm.SlurmRunner(self.slurm, os.path.join(settings.hosts_root,
                                                                        slurm.AGENT), settings)
+        self.ssh_loop: SshLoop | None = None     # the SSH hosts' connections, made on first use
 
         def remote(h):
+            if h.agent.startswith("ssh://"):
+                return self._ssh_runner(h)
             if slurm.is_slurm_agent(h.agent):
                 return self.slurm_runner.add(h)
             return RemoteRunner(h, self.store, settings, make_portal, clock, callback)
@@ -240,7 +294,10 @@ class Portal:
         remotes = {n: r for n, r in self.engine.runners.items() if isinstance(r, RemoteRunner)}
         for runner in remotes.values():     # lazy references between hosts resolve through them
             runner.peers = remotes
-        self.agents = Agents(self.store, settings, remotes, clock) if remotes else None
+        # the host monitor watches host portals and SSH hosts alike (down after the lease)
+        watched = {n: r for n, r in self.engine.runners.items() if isinstance(r, SshRunner)}
+        watched.update(remotes)
+        self.agents = Agents(self.store, settings, watched, clock) if watched else None
         nodes = self.slurm_runner.nodes
         self.slurm_nodes = slurm.SlurmNodes(self.store, self.slurm, nodes, clock) if nodes else None
         self.engine.accounts = Accounts(sec.run_as, self.users.account if self.users else lambda _: None)
@@ -271,9 +328,13 @@ class Portal:
         local = self.users is None
         self.dashboard = Dashboard(self.views, settings, self.portal_url,
                                    None if local else self.authenticator.http)
+        metrics.configure(settings.metrics_consumer_hosts)
+        self.readiness = Readiness(self._ready_checks(), after_store=frozenset({"front"}))
+        self.operations = Operations(self.dashboard, self.readiness, self.census,
+                                     None if local else self.authenticator.http)
         self.wsgi = wsgi.build({"/cddlm/portal": portal_ep, "/cddlm/applications": app_ep,
                                 "/cddlm/subscriptions": notify.manager_endpoint()},
-                               settings.limits, self.portal_url, self.dashboard,
+                               settings.limits, self.portal_url, self.operations,
                                None if local else self.authenticator.soap,
                                wsgi.own_names(settings.host, settings.public_url,
                                               settings.allowed_hosts),
@@ -282,7 +343,17 @@ class Portal:
         self.scheduler = None
         self.server: httpserver.HttpServer | None = None
         self._stopped = threading.Event()
+        self._stopping = threading.Event()  # asked to stop (a signal): serve_forever returns
         self.failure: str | None = None      # why the portal stopped serving by itself
+
+    def _ssh_runner(self, host) -> SshRunner:
+        """The runner of a host whose agent is ``ssh://USER@ADDRESS[:PORT]``: its credentials
+        are ``ssh_key`` and ``known_hosts`` of ``--agent-credentials``."""
+        if self.ssh_loop is None:
+            self.ssh_loop = SshLoop()
+        creds = agent_clients.load_credentials(self.settings.agent_credentials_file)
+        return SshRunner(host, self.store, self.settings, self.ssh_loop,
+                         agent_clients.chosen(creds, host.name))
 
     def _open_store(self, settings: Settings) -> None:
         """Check an SQLite store before anything writes to it (a damaged one is refused),
@@ -296,6 +367,22 @@ class Portal:
             self.store_identity = _identity(path)
         self.store = Store(settings.database_url)
         self.store.migrate()
+
+    def _ready_checks(self) -> dict:
+        """What /readyz looks at (application/health.py)."""
+        self.store_probe = StoreProbe(self.store, self.settings.ready_store_seconds)
+        checks = {"store": self.store_probe, "engine": self.engine.dead, "log capper": logs.CAPPER.dead,
+                  "scheduler": lambda: None if self.scheduler is not None and self.scheduler.running
+                  else "the scheduler is not running", "state": self.lost_state}
+        if self.settings.agent_mode:
+            checks["front"] = front_renewed(
+                lambda: self.service.front_pinged, lambda: fencing.holds_delegated(self.store),
+                self.settings.fence_seconds or self.settings.ready_front_seconds)
+        return checks
+
+    def census(self) -> metrics.Census:
+        """The store's counts for a metrics scrape."""
+        return census.read(self.store, self.hosts.hosts, time.time())
 
     def lost_state(self) -> str | None:
         """Why the portal cannot go on (its state directory or store file deleted or replaced
@@ -328,6 +415,12 @@ class Portal:
         if self.agents is not None:
             self.scheduler.add_job(self.check_agents, "interval", seconds=self.agents.interval(),
                                    id="agents", max_instances=1, coalesce=True)
+        ssh = [n for n, r in self.engine.runners.items() if isinstance(r, SshRunner)]
+        if ssh and self.settings.ssh_liveness < self.settings.liveness_interval:
+            # no watcher reports an SSH host's exits: a pass over those hosts alone, more often
+            self.scheduler.add_job(self.engine.check_all, "interval", kwargs={"hosts": ssh},
+                                   seconds=self.settings.ssh_liveness, id="ssh-liveness",
+                                   max_instances=1, coalesce=True)
         if self.slurm_nodes is not None:
             self.scheduler.add_job(self.check_slurm_nodes, "interval",
                                    seconds=self.settings.liveness_interval, id="slurm-nodes",
@@ -371,6 +464,10 @@ class Portal:
         for host in went_down + came_up:
             self.engine.check_all(host)
 
+    def request_stop(self) -> None:
+        """Ask ``serve_forever`` to return (from a signal handler: nothing else is done)."""
+        self._stopping.set()
+
     def stop(self) -> None:
         if self._stopped.is_set():
             return
@@ -383,8 +480,11 @@ class Portal:
         self.engine.stop()
         if self.agents is not None:
             self.agents.close()
+        if self.ssh_loop is not None:
+            self.ssh_loop.close()
         self.queries.close()
         self.filters.close()
+        self.store_probe.close()
         self.authenticator.close()
         self.store.dispose()
         self.state.release()
@@ -440,7 +540,7 @@ class Portal:
         self._wait_answering(server)
         if ready is not None:
             ready(self.endpoint)
-        while not self._stopped.wait(0.5):
+        while not (self._stopping.wait(0.5) or self._stopped.is_set()):
             if not server.alive():
                 log.error("the HTTP server stopped; the portal stops too")
                 break

@@ -119,6 +119,12 @@ class Settings:
     agent_timeout: float = 5.0               # seconds one call to a host portal may take
     agent_callback_url: str | None = None    # base URL host portals notify (default: ours)
     agent_mode: bool = False                 # --agent: a host portal (lean: no datacenter)
+    # hosts whose agent is ssh://USER@ADDRESS[:PORT] (application/enactment/ssh.py, docs/engines.md)
+    ssh_timeout: float = 10.0                # seconds one command (or connection) on an SSH host may take
+    ssh_keepalive: float = 2.0               # seconds between keepalives; 3 unanswered drop the connection
+    ssh_channels: int = 10                   # commands at once over one host's connection (sshd's MaxSessions)
+    parallel_hosts: int = 16                 # other machines (SSH hosts) one batch enacts at once
+    ssh_liveness: float = 0.5                # seconds between liveness passes over SSH hosts (one command each)
     fence_seconds: float | None = None       # host side: terminate delegated parts not renewed
     # hosts whose agent is a Slurm node (application/enactment/slurm.py, docs/engines.md)
     slurm_timeout: float = 10.0              # seconds one Slurm command (sbatch, squeue ...) may take
@@ -136,7 +142,10 @@ class Settings:
     # requests: names the portal answers to besides IP literals, localhost and its own names
     allowed_hosts: tuple[str, ...] = ()      # "*": any Host (turns the DNS-rebinding check off)
     # notification delivery (notify/delivery.py)
-    delivery_workers: int = 8                # sender threads; one consumer host may hold half
+    # sender threads: one consumer host may hold half, one subscriber half while another wants
+    # some, and a quarter is kept for subscribers holding none (notify/senders.py): one alone
+    # still has 8, as when there were 8 and nothing was kept
+    delivery_workers: int = 10
     delivery_timeout: float = 5.0            # seconds to wait for a consumer's response
     delivery_connect_timeout: float = 2.0    # seconds to connect to a consumer
     delivery_retry_horizon: float = 3600.0   # seconds of retrying before a subscription fails
@@ -149,6 +158,11 @@ class Settings:
     consumer_networks: tuple[str, ...] = ("127.0.0.0/8", "::1/128", "10.0.0.0/8",
                                           "172.16.0.0/12", "192.168.0.0/16")
     default_subscription_seconds: float = 24 * 3600.0
+    # operating it (web/operations.py, docs/operating.md)
+    metrics_consumer_hosts: int = 100        # consumer hosts with a label of their own; the rest: other
+    ready_store_seconds: float = 2.0         # /readyz: the store must answer within this
+    ready_front_seconds: float = 60.0        # /readyz of a host portal holding delegated parts:
+                                             # a front pinged one within this (--fence-seconds if set)
 
     @property
     def hosts_root(self) -> str:

@@ -63,6 +63,22 @@ def pg_schema_url():
             conn.execute('DROP SCHEMA "%s" CASCADE' % schema)
 
 
+@contextlib.contextmanager
+def schema_at(url: str, revision: str):
+    """A store whose schema stops at an older ``revision``: yields (the store, a connection in
+    a write transaction) to put rows of that schema in; migrate it afterwards."""
+    from alembic import command
+    from alembic.config import Config
+    from cddlm.application.store import MIGRATIONS, Store
+    store = Store(url)
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    with store.write() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, revision)
+        yield store, conn
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request, tmp_path):
     """Each store test runs on SQLite and on PostgreSQL (skipped with a reason if none runs)."""

@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parents[1] / "cddlm"
-STDLIB_ONLY = {"errors", "ns", "config", "xsdtypes", "affinity"}
+STDLIB_ONLY = {"errors", "ns", "config", "xsdtypes", "affinity", "logfields", "sdnotify"}
 RULES = {
     # package: project packages it may import (cddlm.X), and third-party modules it may not
     "lang": ({"errors", "ns", "config", "xmlsafe", "budget", "lang"},
@@ -14,13 +14,16 @@ RULES = {
     "placement": ({"errors", "placement"},
                   {"sqlalchemy", "spyne", "zeep", "apscheduler", "socket", "subprocess", "lxml"}),
     "application": ({"errors", "ns", "config", "xmlsafe", "xsdtypes", "budget", "netsafe", "lang",
-                     "placement", "application", "affinity"}, {"spyne", "zeep", "apscheduler"}),
+                     "placement", "application", "affinity", "metrics"}, {"spyne", "zeep", "apscheduler"}),
     "notify": ({"errors", "ns", "config", "xmlsafe", "xsdtypes", "wsa", "budget", "netsafe",
-                "xpathsafe", "application", "notify"}, {"spyne", "apscheduler"}),
-    "web": ({"errors", "ns", "config", "lang", "placement", "application", "web"},
+                "xpathsafe", "application", "notify", "metrics"}, {"spyne", "apscheduler"}),
+    "web": ({"errors", "ns", "config", "lang", "placement", "application", "web", "metrics"},
             {"spyne", "zeep", "apscheduler", "sqlalchemy"}),
     "portal": ({"errors", "ns", "config", "xmlsafe", "xsdtypes", "wsa", "budget", "xpathsafe",
-                "lang", "application", "notify", "portal", "__init__"}, {"apscheduler"}),
+                "lang", "application", "notify", "portal", "__init__", "metrics", "logfields"},
+               {"apscheduler"}),
+    # the metrics registry (DESIGN.md section 9): below every layer that counts
+    "metrics": (set(), {"sqlalchemy", "spyne", "zeep", "apscheduler", "lxml", "requests"}),
     # the helpers that bound what users give the portal: below every package that calls them
     "budget": ({"errors"}, {"sqlalchemy", "spyne", "zeep", "apscheduler", "socket", "subprocess",
                             "lxml", "requests"}),
@@ -79,6 +82,13 @@ def test_spyne_only_under_portal_and_apscheduler_only_in_the_composition_root():
             assert parts[0] == "portal", parts
         if "apscheduler" in found:
             assert parts == ("app.py",), parts
+
+
+def test_only_the_metrics_module_holds_the_registry():
+    """DESIGN.md section 9: the layers count through cddlm/metrics.py, never prometheus_client."""
+    for path, parts in modules():
+        if "prometheus_client" in {m.split(".")[0] for m in imports(path)}:
+            assert parts == ("metrics.py",), parts
 
 
 def test_pure_cores_do_no_io():

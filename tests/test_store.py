@@ -74,15 +74,8 @@ def test_names_are_unique_among_live_applications(db_url):
 def test_upgrade_from_the_first_schema_keeps_the_data(db_url):
     """A portal database made by revision 0001 upgrades in place (views gain a termination
     time, the name constraint becomes the live-name index)."""
-    from alembic import command
-    from alembic.config import Config
-    from cddlm.application.store import MIGRATIONS
-    store = Store(db_url)
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    with store.write() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0001")
+    from tests.conftest import schema_at
+    with schema_at(db_url, "0001") as (store, conn):
         conn.execute(text("INSERT INTO applications (id, name, state, desired, generation, "
                           "created, event_seq) VALUES ('urn:uuid:old', 'old', 'terminated', "
                           "'terminated', 0, 1.0, 1)"))

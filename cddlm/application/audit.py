@@ -29,7 +29,10 @@ def record(conn: Connection, principal: Principal, action: str, now: float, *,
                                       address=principal.address or None, action=action,
                                       app_id=app_id, app_owner=app_owner, detail=detail))
     log.info("%s from %s: %s%s%s", principal.name, principal.address or "-", action,
-             " " + app_id if app_id else "", " (%s)" % detail if detail else "")
+             " " + app_id if app_id else "", " (%s)" % detail if detail else "",
+             extra={"audit": {"action": action, "principal": principal.name,
+                              "address": principal.address or None, "application": app_id,
+                              "detail": detail}})
 
 
 def entries(conn: Connection, principal: Principal, app_id: str | None = None,

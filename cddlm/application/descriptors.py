@@ -14,6 +14,7 @@ from cddlm.config import Limits
 from cddlm.errors import BadArgument, DescriptorError, ResolutionError
 from cddlm.lang import library, registry
 from cddlm.lang.model import Resolution, ResolveRequest
+from cddlm.application import secrets
 from cddlm.application.loader import Loader
 
 EXTENSIONS = {".cdl": ns.CDL, ".xml": ns.NATIVE, ".yaml": ns.HOT, ".yml": ns.HOT, ".json": ns.HOT}
@@ -36,8 +37,12 @@ def resolve(source, language: str, *, base_url: str | None = None, properties=No
                                       properties=dict(properties or {}),
                                       loader=loader or Loader(max_bytes=limits.max_body_bytes),
                                       limits=limits, own_files=own_files)
-    result = lang.resolve(request)
-    library.check(result.deployment, limits=limits, require_components=require_components)
+    result = None
+    # an error never quotes a secret: those the language met, and those of the tree it made
+    with secrets.concealing(request.secret_values, lambda: result and result.deployment):
+        result = lang.resolve(request)
+        result.deployment.secret_values |= request.secret_values
+        library.check(result.deployment, limits=limits, require_components=require_components)
     return result
 
 

@@ -45,6 +45,15 @@ def overdue(store: Store, seconds: float, now: float) -> list[str]:
     return [r.id for r in rows if now - (r.renewed or r.created) > seconds]
 
 
+def holds_delegated(store: Store) -> bool:
+    """Whether this (host) portal runs a sub-application a front portal delegated to it."""
+    with store.single() as conn:
+        return conn.execute(
+            select(applications.c.id).where(applications.c.client_token.like(DELEGATED_PREFIX + "%"),
+                                            applications.c.state != lifecycle.TERMINATED)
+            .limit(1)).first() is not None
+
+
 def forget(store: Store) -> None:
     """Drop the renewals of applications that are gone."""
     with store.write() as conn:

@@ -2,18 +2,36 @@
 
 A descriptor marks values secret (HOT's ``hidden: true`` parameters, ``secret="true"`` in the
 native language, ``cmp:secret="true"`` in CDL); the resolved ``Deployment`` records their paths
-(``secrets``) and the deploy-time properties whose values are secret (``secret_properties``).
-They are stored and given to the components, and never returned: ``resolve`` answers
-``HIDDEN`` in their place, ``visible_properties`` leaves them out of the properties that
-``api:deploymentInfo``, the dashboard and its JSON show (they list the hidden names instead),
-and ``redact_descriptor`` masks the literal secrets of a descriptor's text before it is shown.
+(``secrets``), the deploy-time properties whose values are secret (``secret_properties``) and
+the secret strings the language met (``secret_values``). They are stored and given to the
+components, and never returned: ``resolve`` answers ``HIDDEN`` in their place,
+``visible_properties`` leaves them out of the properties that ``api:deploymentInfo``, the
+dashboard and its JSON show (they list the hidden names instead), and ``redact_descriptor``
+masks the literal secrets of a descriptor's text before it is shown.
+
+Texts made from secret values (a readiness check's "waiting for log /PATTERN/", a failure
+"not ready after 30s: ...", a validation fault quoting a value) are masked by what they
+contain, not by where they come from: a ``Concealer`` holds one application's secret strings
+(``Deployment.secret_strings``) and replaces each one standing anywhere in a text by ``MASK``.
+Each way out masks in one place: component state where the engine records it (``info``, the
+stderr tail: what stateInfo, terminationInfo, the history and the notifications are made of),
+a waiting component's ``waitingFor`` where it is worded, an error of a descriptor where it is
+resolved and initialized (``concealing``, before any fault is built or logged), and the
+portal's log lines in its log handlers (``LogFilter``, with the secrets of every tree the
+portal holds).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import re
+import threading
+import weakref
+from contextlib import contextmanager
+from typing import Any, Iterable, Iterator
 
 from cddlm import ns
+from cddlm.errors import CddlmError
 from cddlm.lang.model import Deployment
 
 
@@ -40,18 +58,120 @@ def visible_properties(properties: dict | None, deployment_json: dict | None) ->
 
 
 def redact(tree: Deployment, path: str, value: Any) -> Any:
-    """``value`` (found at ``path``) with every secret in it replaced by ``HIDDEN``."""
+    """``value`` (found at ``path``) with every secret in it replaced by ``HIDDEN``, and any
+    secret string standing in what is left masked."""
     if not tree.secrets:
-        return value
+        return of(tree).value(value)
     path = path.strip("/")
     if path in tree.secrets or any(path.startswith(s + "/") for s in tree.secrets):
         return HIDDEN
     if isinstance(value, dict):
         return {k: redact(tree, path + "/" + str(k), v) for k, v in value.items()}
-    return value
+    return of(tree).value(value)
 
 
 MASK = "********"
+
+
+class Concealer:
+    """Masks secret strings wherever they stand in a text (the longest first, so a value that
+    holds another is masked whole)."""
+
+    def __init__(self, values: Iterable[str]):
+        self.values = tuple(sorted({v for v in values if v}, key=lambda v: (-len(v), v)))
+        self._pattern = re.compile("|".join(map(re.escape, self.values))) if self.values else None
+
+    def __bool__(self) -> bool:
+        return self._pattern is not None
+
+    def __call__(self, text: str | None) -> str | None:
+        if not text or self._pattern is None:
+            return text
+        return self._pattern.sub(MASK, text)
+
+    def value(self, value: Any) -> Any:
+        """A value with every string in it masked."""
+        if self._pattern is None:
+            return value
+        if isinstance(value, str):
+            return self(value)
+        if isinstance(value, list):
+            return [self.value(v) for v in value]
+        if isinstance(value, dict):
+            return {k: self.value(v) for k, v in value.items()}
+        return value
+
+    def error(self, e: CddlmError) -> CddlmError:
+        """``e`` with its texts masked (its message, and where it says a place or a cause)."""
+        if self._pattern is not None:
+            e.message = self(e.message)
+            e.args = (e.message,)
+            for name in ("path", "file", "cause"):
+                if isinstance(getattr(e, name, None), str):
+                    setattr(e, name, self(getattr(e, name)))
+        return e
+
+
+NOTHING = Concealer(())
+LOGGED_MIN_CHARS = 4     # shorter secrets are not masked in log lines (they would mask words)
+_logged: "weakref.WeakSet[Concealer]" = weakref.WeakSet()   # of every tree the portal holds
+_logged_lock = threading.Lock()
+
+
+def of(tree: Deployment | None) -> Concealer:
+    """The concealer of an application's tree (made once per tree, kept with it); from then
+    on, as long as the tree lives, log lines are masked with its secrets too."""
+    if tree is None:
+        return NOTHING
+    found = tree.derived.get("concealer")
+    if found is None:
+        strings = tree.secret_strings()
+        found = tree.derived["concealer"] = Concealer(strings) if strings else NOTHING
+        long = [v for v in strings if len(v) >= LOGGED_MIN_CHARS]
+        logged = found if len(long) == len(strings) else Concealer(long)
+        if logged:
+            tree.derived["logged"] = logged         # lives as long as the tree
+            with _logged_lock:
+                _logged.add(logged)
+    return found
+
+
+@contextmanager
+def concealing(*sources: Any) -> Iterator[None]:
+    """Mask the secrets of ``sources`` (trees, or collections of secret strings; a callable
+    is asked for them when an error comes) in any ``CddlmError`` raised inside."""
+    try:
+        yield
+    except CddlmError as e:
+        values: set[str] = set()
+        for source in sources:
+            source = source() if callable(source) else source
+            if isinstance(source, Deployment):
+                values.update(source.secret_strings())
+            elif source:
+                values.update(source)
+        raise Concealer(values).error(e)
+
+
+class LogFilter(logging.Filter):
+    """Masks, in every record a handler writes, the secret strings of every tree the portal
+    holds (of at least ``LOGGED_MIN_CHARS`` characters): a log line never says one, whatever
+    text or error it quotes."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with _logged_lock:
+            masks = list(_logged)
+        if not masks:
+            return True
+        message = masked = record.getMessage()
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        for mask in masks:
+            masked = mask(masked)
+            record.exc_text = mask(record.exc_text)
+        if masked != message:
+            record.msg, record.args = masked, ()
+        return True
 
 
 def redact_descriptor(language: str | None, text: str | None) -> str | None:

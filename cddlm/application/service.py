@@ -86,6 +86,7 @@ class Service:
         self.placer = placer or Placer(self.hosts)
         self.on_events: list[Callable[[], None]] = []   # notified after events commit
         self.subscriptions: Any = None                   # set by the composition root (notify)
+        self.front_pinged: float | None = None           # host side: a front's last ping (readyz)
 
     def _after(self, work: bool = False, events: bool = True) -> None:
         if work and self.engine is not None:
@@ -337,16 +338,17 @@ class Service:
         with self.store.read() as conn:
             used = self._used_capacity(conn)
             down = set(repo.down_hosts(conn))
-        placement, audit = self.placer.place(deployment, used, down, app.hostname)
-        for path, where in placement.items():   # what each placed component holds, for _used_capacity
-            where["demand"] = dict(nodes[path].attributes.get("demand") or {})
-        validate_only = understood.get(opts.VALIDATE_ONLY)
-        if validate_only is not None and validate_only.value:
-            return
-        if self.engine is not None:
-            # delegate components: their portal takes (or refuses, as an api:RemoteFault
-            # raised here, nothing changed) their descriptor while the caller waits
-            self.engine.prepare_delegates(app_id, app.generation + 1, deployment)
+        with secrets.concealing(deployment):     # a refusal (a delegate's too) quotes no secret
+            placement, audit = self.placer.place(deployment, used, down, app.hostname)
+            for path, where in placement.items():   # what each placed component holds
+                where["demand"] = dict(nodes[path].attributes.get("demand") or {})
+            validate_only = understood.get(opts.VALIDATE_ONLY)
+            if validate_only is not None and validate_only.value:
+                return
+            if self.engine is not None:
+                # delegate components: their portal takes (or refuses, as an api:RemoteFault
+                # raised here, nothing changed) their descriptor while the caller waits
+                self.engine.prepare_delegates(app_id, app.generation + 1, deployment)
         rows = _component_rows(app_id, deployment, placement, now)
         with self.store.write() as conn:
             app = repo.lock_app(conn, app_id)
@@ -548,6 +550,8 @@ class Service:
     def ping(self, app_id: str) -> Ping:
         health = self.engine.check_app(app_id) if self.engine is not None else []
         app = self.get(app_id)
+        if fencing.delegated(app.client_token):
+            self.front_pinged = self.clock()
         if self.settings.fence_seconds and fencing.delegated(app.client_token):
             fencing.renew(self.store, app_id, self.clock())     # its front portal is alive
         if app.deployment and any(h["state"] == states.STARTING for h in health):

@@ -35,6 +35,7 @@ from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
 
+from cddlm import metrics
 from cddlm.errors import BadArgument, StoreUnavailable
 
 MIGRATIONS = Path(__file__).with_name("migrations")
@@ -124,12 +125,14 @@ class Store:
                                                 "keepalives_interval": 3, "keepalives_count": 3})
         except (SQLAlchemyError, ImportError) as e:
             raise StoreUnavailable("cannot open database %s: %s" % (self.safe_url, e)) from None
+        _time_statements(self.engine)
         # one autocommit connection per thread for single-statement reads (the hot path)
         self._single = self.engine.execution_options(cddlm_single=True, isolation_level="AUTOCOMMIT")
         self._local = threading.local()
         self._compiled: dict = {}     # statement -> (SQL, parameter order, column names): ``first``
         self._held = RowsHeld(watched=self.is_sqlite)
         self._worker: Checkpointer | ChangeWatcher | None = None     # ``start``
+        self._known: tuple[frozenset[str], frozenset[str]] | None = None   # ``_revisions``
 
     @property
     def safe_url(self) -> str:
@@ -316,32 +319,72 @@ class Store:
     # -- schema -----------------------------------------------------------------------------
     def migrate(self) -> None:
         """Bring the schema to the newest revision (Alembic; every head, should work done in
-        parallel have branched from one revision), safely with several portals."""
+        parallel have branched from one revision), safely with several portals. A store that a
+        newer program has migrated past this one's revisions is refused (``StoreUnavailable``,
+        saying what to do): this program would misread it."""
         from alembic import command
         from alembic.config import Config
 
         cfg = Config()
         cfg.set_main_option("script_location", str(MIGRATIONS))
-        if self._at_head(cfg):
+        current = self._current_heads()
+        if current == self._revisions()[0]:
             return     # the usual start: nothing to migrate, and nothing to check row by row
+        self._refuse_newer(current)
         if self.is_sqlite:
             self._migrate_sqlite(cfg)
             return
         with self.write() as conn:
             conn.execute(text("SELECT pg_advisory_xact_lock(4242001)"))
+            self._refuse_newer(self._current_heads(conn))     # another portal may have moved it
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "heads")
 
-    def _at_head(self, cfg) -> bool:
-        """Whether the schema is at the newest revision already (one read of alembic_version;
-        a start over a large store must not pay for what only a migration needs)."""
+    def _revisions(self) -> tuple[frozenset[str], frozenset[str]]:
+        """(the newest revisions, every revision) this program knows; read once."""
+        if self._known is None:
+            from alembic.config import Config
+            from alembic.script import ScriptDirectory
+            cfg = Config()
+            cfg.set_main_option("script_location", str(MIGRATIONS))
+            script = ScriptDirectory.from_config(cfg)
+            self._known = (frozenset(script.get_heads()),
+                           frozenset(r.revision for r in script.walk_revisions()))
+        return self._known
+
+    def _current_heads(self, conn: Connection | None = None) -> frozenset[str]:
+        """The store's schema revisions (one read of alembic_version; none in a new store)."""
         from alembic.runtime.migration import MigrationContext
-        from alembic.script import ScriptDirectory
-        heads = set(ScriptDirectory.from_config(cfg).get_heads())
+        if conn is not None:
+            return frozenset(MigrationContext.configure(conn).get_current_heads())
         with self._translate(), self.engine.connect() as conn:
-            current = set(MigrationContext.configure(conn).get_current_heads())
+            current = frozenset(MigrationContext.configure(conn).get_current_heads())
             conn.rollback()
-        return current == heads
+        return current
+
+    def _refuse_newer(self, current: frozenset[str]) -> None:
+        unknown = current - self._revisions()[1]
+        if unknown:
+            from cddlm import __version__
+            raise StoreUnavailable(
+                "the store %s was migrated by a newer cddlm (schema revision %s, which cddlm %s "
+                "does not know; it knows up to %s): run that newer version on it, or restore a "
+                "backup taken before the upgrade (cddlm portal backup) and start this version "
+                "on that" % (self.safe_url, ", ".join(sorted(unknown)), __version__,
+                             ", ".join(sorted(self._revisions()[0]))))
+
+    def schema_problem(self) -> str | None:
+        """Why the store's schema is not this program's now (None: it is): one cheap read, for
+        readiness (a newer portal sharing the store may have migrated it)."""
+        current = self._current_heads()
+        heads, known = self._revisions()
+        if current == heads:
+            return None
+        if current - known:
+            return "the store's schema (%s) is newer than this program's (%s)" % (
+                ", ".join(sorted(current)), ", ".join(sorted(heads)))
+        return "the store's schema (%s) is older than this program's (%s)" % (
+            ", ".join(sorted(current)) or "none", ", ".join(sorted(heads)))
 
     def _migrate_sqlite(self, cfg) -> None:
         """SQLite cannot drop a constraint, so a migration may rebuild a table (copy, drop,
@@ -524,6 +567,19 @@ class Checkpointer:
                 _close_quietly(conn)
                 conn = None
         _close_quietly(conn)
+
+
+def _time_statements(engine: Engine) -> None:
+    """Each statement's round trip, for the metrics (``cddlm_store_round_trip_seconds``)."""
+    @event.listens_for(engine, "before_cursor_execute")
+    def _sent(conn, cursor, statement, parameters, context, executemany):
+        conn.info["cddlm_sent"] = time.perf_counter()     # one statement at a time
+
+    @event.listens_for(engine, "after_cursor_execute")
+    def _answered(conn, cursor, statement, parameters, context, executemany):
+        sent = conn.info.pop("cddlm_sent", None)
+        if sent is not None:
+            metrics.store_round_trip(time.perf_counter() - sent)
 
 
 def _close_quietly(conn: Any) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import func, or_, select
 
-from cddlm.application import audit, lifecycle
+from cddlm.application import audit, lifecycle, secrets
 from cddlm.application.secrets import redact_descriptor, visible_properties
 from cddlm.application import repository as repo
 from cddlm.application.enactment import local, procfs, states
@@ -162,8 +162,9 @@ class Views:
             app = self._app(conn, principal, app_id)
             text = conn.execute(select(applications.c.descriptor)
                                 .where(applications.c.id == app.id)).scalar()
+        # its literal secrets masked where it marks them, and any secret string elsewhere
         return {"language": app.language, "digest": app.descriptor_digest,
-                "text": redact_descriptor(app.language, text)}
+                "text": secrets.of(self._tree(app))(redact_descriptor(app.language, text))}
 
     def logs(self, principal: Principal, app_id: str, path: str, lines: int | None = None) -> dict:
         """The last lines of a component's stdout and stderr (on a host this portal runs)."""
@@ -239,8 +240,8 @@ class Views:
             return []
         if c.runtime.get("ports"):
             return list(c.runtime["ports"])
-        if (c.host or "") not in self.runners:
-            return []
+        if (c.host or "") not in self.runners or hasattr(self.runners[c.host or ""], "ports"):
+            return []       # not this machine's process: its ports are those recorded
         key, now = (c.pid, c.pid_start), time.monotonic()
         with self._ports_lock:
             seen = self._ports.get(key)

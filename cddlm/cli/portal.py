@@ -8,12 +8,12 @@ import logging
 import os
 import sys
 
+from cddlm.cli import backup
 from cddlm.cli.common import CliError, UsageError
 
 LOG_FILE = "portal.log"
 LOG_BYTES = 10 * 1024 * 1024        # portal.log is rotated at this size, 3 old files kept
 LOG_KEEP = 3
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 log = logging.getLogger("cddlm.portal")
 
 
@@ -38,27 +38,65 @@ def private_log(path: str, max_bytes: int = LOG_BYTES, keep: int = LOG_KEEP) -> 
     return PrivateLog(path, maxBytes=max_bytes, backupCount=keep, encoding="utf-8")
 
 
-def setup_logging(state_dir: str, level: str) -> str:
-    """The portal's log: ``STATE/portal.log`` (at info, or debug when asked; its owner's
-    only) and stderr at ``level``. Returns the file's path."""
+def setup_logging(state_dir: str, level: str, kind: str = "text") -> str:
+    """The portal's log: ``STATE/portal.log`` (at info, or debug when asked: the audit's
+    lines, who did what from where, are there) and stderr at ``level`` (by default warnings:
+    a terminal shows the banner and what goes wrong, not a line per request), as text or as
+    one JSON object a line (``kind``, ``cddlm.logfields``). Returns the file's path."""
+    from cddlm import logfields
     wanted = getattr(logging, level.upper())
     os.makedirs(state_dir, mode=0o700, exist_ok=True)
     path = os.path.abspath(os.path.join(state_dir, LOG_FILE))
     to_file = private_log(path)
     to_file.setLevel(min(wanted, logging.INFO))
     to_stderr = logging.StreamHandler(sys.stderr)
-    to_stderr.setLevel(min(wanted, logging.INFO))
-    # the audit log's lines (who did what, from where) show on stderr too, unless only errors are
-    to_stderr.addFilter(lambda r: r.levelno >= wanted or (
-        r.name.startswith("cddlm.audit") and wanted < logging.ERROR))
+    to_stderr.setLevel(wanted)
     root = logging.getLogger()
     root.setLevel(min(wanted, logging.INFO))
+    from cddlm.application.secrets import LogFilter
+    hide = LogFilter()           # no line says a value a descriptor marks secret
     for handler in (to_file, to_stderr):
-        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+        handler.setFormatter(logfields.formatter(kind, masking(hide)))
+        handler.addFilter(hide)
         root.addHandler(handler)
     if wanted > logging.DEBUG:      # the scheduler logs every run of every job at info
         logging.getLogger("apscheduler").setLevel(logging.WARNING)
     return path
+
+
+def masking(hide: logging.Filter):
+    """Text masked as ``hide`` masks a record's message: a JSON line's other fields (an
+    audit's detail, a request's fields) are masked like its message."""
+    def mask(text: str) -> str:
+        probe = logging.makeLogRecord({"msg": text})
+        hide.filter(probe)
+        return probe.getMessage()
+    return mask
+
+
+def say(line: str, kind: str) -> None:
+    """A line for the person at the terminal (stderr) that portal.log keeps too: as it is,
+    or as a JSON log object with ``--log-format json``."""
+    from cddlm import logfields
+    log.info(line.strip())
+    if kind == "json":
+        line = logfields.formatter(kind).format(logging.makeLogRecord(
+            {"name": log.name, "levelno": logging.INFO, "levelname": "INFO", "msg": line.strip()}))
+    print(line, file=sys.stderr, flush=True)
+
+
+def stopped_summary(portal, signame: str) -> str:
+    """The one line a portal stopped by a signal says: what keeps running."""
+    try:
+        s = portal.summary()
+    except Exception as e:          # the store gone: say that much
+        return "portal stopped (%s); what keeps running is unknown: %s" % (signame, e)
+    if not s["running"]:
+        return "portal stopped (%s); no component was running" % signame
+    return ("portal stopped (%s); %d component%s of %d application%s keep%s running, "
+            "re-adopted at the next start" % (
+                signame, s["running"], "" if s["running"] == 1 else "s", s["applications"],
+                "" if s["applications"] == 1 else "s", "s" if s["running"] == 1 else ""))
 
 
 def banner(portal, log_path: str) -> list[str]:
@@ -86,8 +124,9 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
     import signal
     from cddlm.app import Portal
     from cddlm.config import Quotas, Security, Settings
-    from cddlm.errors import ConfigurationError
-    log_path = setup_logging(args.state_dir, args.log_level)
+    from cddlm import sdnotify
+    from cddlm.errors import ConfigurationError, StoreUnavailable
+    log_path = setup_logging(args.state_dir, args.log_level, args.log_format)
     settings = Settings(host=args.host, port=args.port, state_dir=args.state_dir, db_url=args.db,
                         datacenter_file=args.datacenter, public_url=args.public_url,
                         import_path=tuple(args.import_path or ()), hosts_dir=args.hosts_dir,
@@ -110,11 +149,16 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
         raise UsageError("--fence-seconds is for a host portal (--agent), and positive")
     settings = settings.replace(agent_mode=args.agent, agent_credentials_file=args.agent_credentials,
                                 agent_lease=args.agent_lease, agent_timeout=args.agent_timeout,
+                                ssh_timeout=args.ssh_timeout, ssh_keepalive=args.ssh_keepalive,
+                                ssh_channels=args.ssh_channels, parallel_hosts=args.parallel_hosts,
+                                ssh_liveness=args.ssh_liveness,
                                 agent_callback_url=args.agent_callback,
                                 fence_seconds=args.fence_seconds,
                                 slurm_timeout=args.slurm_timeout,
                                 slurm_pending_timeout=args.slurm_pending_timeout,
-                                slurm_submits=args.slurm_submits)
+                                slurm_submits=args.slurm_submits,
+                                ready_front_seconds=args.ready_front_seconds,
+                                metrics_consumer_hosts=args.metrics_consumer_hosts)
     if args.consumer_network:
         settings = settings.replace(consumer_networks=tuple(args.consumer_network))
     if args.probe_network:
@@ -140,19 +184,23 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
         log.info("the portal's threads run on CPU %s (its components on every CPU)", args.cpu)
     try:
         portal = Portal(settings)
-    except ConfigurationError as e:
+    except (ConfigurationError, StoreUnavailable) as e:
         raise CliError(str(e)) from None
-    for warning in portal.warnings:
-        print("\n*** WARNING: %s ***\n" % warning, file=sys.stderr, flush=True)
+    if args.log_format == "text":       # (logged as warnings too: JSON has them so)
+        for warning in portal.warnings:
+            print("\n*** WARNING: %s ***\n" % warning, file=sys.stderr, flush=True)
     try:
         portal.bind()
     except OSError as e:
         portal.stop()
         raise bind_error(e, args.host, args.port) from None
 
+    signals: list[str] = []
+
     def stop(signum, frame):
-        log.info("stopping (signal %d)", signum)
-        portal.stop()
+        # only asks: the main thread stops the portal, once, and says what keeps running
+        signals.append("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
+        portal.request_stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
@@ -160,13 +208,16 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         # the banner is for people (stderr); stdout says only the one line tools wait for
         for line in banner(portal, log_path):
-            log.info(line.strip())
-            print(line, file=sys.stderr, flush=True)
+            say(line, args.log_format)
         log.info("portal ready at %s", url)
         print("portal ready at %s" % url, flush=True)
+        sdnotify.notify("READY=1", "STATUS=serving at %s" % url)
 
     try:
         portal.serve_forever(ready)
+        sdnotify.notify("STOPPING=1")
+        if signals and not portal.failure:
+            say(stopped_summary(portal, signals[0]), args.log_format)
     finally:
         portal.stop()
     if portal.failure:
@@ -245,6 +296,19 @@ def register(sub) -> None:
                     help="a host portal silent this long is marked unreachable (default 10)")
     sv.add_argument("--agent-timeout", type=float, default=5.0, metavar="S",
                     help="seconds one call to a host portal may take (default 5)")
+    sv.add_argument("--ssh-timeout", type=float, default=10.0, metavar="S",
+                    help="seconds one command on an SSH host (ssh://... agent) may take (default 10)")
+    sv.add_argument("--ssh-keepalive", type=float, default=2.0, metavar="S",
+                    help="seconds between keepalives to an SSH host; three unanswered drop its "
+                         "connection (default 2)")
+    sv.add_argument("--ssh-channels", type=int, default=10, metavar="N",
+                    help="commands at once over one SSH host's connection (default 10: sshd's "
+                         "MaxSessions)")
+    sv.add_argument("--ssh-liveness", type=float, default=0.5, metavar="S",
+                    help="seconds between liveness passes over SSH hosts, one command per host "
+                         "(default 0.5; at most --liveness-interval)")
+    sv.add_argument("--parallel-hosts", type=int, default=16, metavar="N",
+                    help="other machines (SSH hosts) one batch of work enacts at once (default 16)")
     sv.add_argument("--slurm-timeout", type=float, default=10.0, metavar="S",
                     help="seconds one Slurm command (sbatch, squeue, scancel ...) may take "
                          "(default 10)")
@@ -327,9 +391,22 @@ def register(sub) -> None:
                     help="a per-user quota: applications, components, descriptor_bytes, "
                          "subscriptions (repeatable; administrators have none)")
     sv.add_argument("--insecure", action="store_true",
-                    help="start even on a non-loopback address without --users and TLS, or as "
-                         "root without --run-as (loudly: anyone reaching it may run commands)")
+                    help="start even on a non-loopback address without --users and TLS, or "
+                         "with --users but without --run-as (components then run as the portal's "
+                         "own account and may rewrite the users file), loudly")
     sv.add_argument("--log-level", default="warning", choices=("debug", "info", "warning", "error"),
                     help="what the portal logs on stderr (default warning); STATE/portal.log "
-                         "gets info and above (debug with debug)")
+                         "gets info and above (debug with debug), the audit's lines too")
+    sv.add_argument("--log-format", default="text", choices=("text", "json"),
+                    help="portal.log and stderr as text lines (default) or one JSON object a "
+                         "line: time, level, logger, message, and a request's operation, "
+                         "application, principal and address (docs/operating.md)")
+    sv.add_argument("--ready-front-seconds", type=float, default=60.0, metavar="S",
+                    help="with --agent: /readyz says not ready while no front portal has pinged "
+                         "the parts delegated to it for S seconds (default 60, or "
+                         "--fence-seconds)")
+    sv.add_argument("--metrics-consumer-hosts", type=int, default=100, metavar="N",
+                    help="notification consumer hosts that get a metrics label of their own; "
+                         "the rest are counted as 'other' (default 100)")
     sv.set_defaults(func=cmd_portal_serve)
+    backup.register(portal)

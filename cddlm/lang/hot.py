@@ -31,7 +31,8 @@ from cddlm import ns
 from cddlm.errors import DescriptorError
 from cddlm.lang import hot_groups, hot_values, hot_yaml, policies
 from cddlm.lang.hot_yaml import error, line_of
-from cddlm.lang.model import Component, Deployment, Resolution, ResolveRequest, value_to_json
+from cddlm.lang.model import (Component, Deployment, Resolution, ResolveRequest, strings_of,
+                              value_to_json)
 
 TOP_KEYS = {"heat_template_version", "description", "parameter_groups", "parameters", "resources",
             "outputs", "groups"}
@@ -110,8 +111,11 @@ class Template:
         self.data = data
         self.limits = request.limits
         hidden = hot_values.hidden(data.get("parameters"))
+        request.secret_values.update(hot_values.hidden_values(data.get("parameters"),
+                                                              request.properties, hidden))
         params, self.used = hot_values.parameters(data.get("parameters"), request.properties,
                                                   request.limits)
+        request.secret_values.update(s for name in hidden for s in strings_of(params[name]))
         self.resources = self.read_resources(data.get("resources"))
         self.build_tree()
         self.evaluate = hot_values.Evaluator(params, {r.name: r.path for r in self.resources.values()},

@@ -24,7 +24,7 @@ from cddlm.budget import PatternError, user_regex
 from cddlm.config import Limits
 from cddlm.errors import ResolutionError
 from cddlm.lang.hot_yaml import error, line_of
-from cddlm.lang.model import Lazy, Value, has_lazy
+from cddlm.lang.model import Lazy, Value, has_lazy, strings_of
 
 TYPES = ("string", "number", "json", "comma_delimited_list", "boolean")
 PARAM_KEYS = {"type", "default", "description", "label", "hidden", "constraints", "immutable",
@@ -42,6 +42,17 @@ def hidden(section: Any) -> set[str]:
         return set()
     return {str(name) for name, spec in section.items()
             if isinstance(spec, dict) and spec.get("hidden") is True}
+
+
+def hidden_values(section: Any, properties: Mapping[str, str], names: set[str]) -> set[str]:
+    """The strings the hidden parameters ``names`` may take, as given or by default (before
+    they are checked: a refusal must not show them either)."""
+    out: set[str] = set()
+    for name in names:
+        if name in properties:
+            out.update(strings_of(properties[name]))
+        out.update(strings_of(section[name].get("default")))
+    return out
 
 
 def parameters(section: Any, properties: Mapping[str, str],

@@ -11,7 +11,10 @@ an attribute or runtime value by the component path plus its name (``site/web/po
 Secrets: ``Deployment.secrets`` holds the paths of values a descriptor marks secret (an
 attribute, ``web/argv``, or one entry of a map, ``web/env/PGPASSWORD``), and
 ``secret_properties`` the deploy-time properties whose values are secret. Their values are
-stored and given to the components, never returned (``is_secret``).
+stored and given to the components, never returned (``is_secret``). ``secret_values`` holds
+the strings a language learned are secret while resolving (a hidden parameter's value, which
+may stand inside a longer value), and ``secret_strings`` every secret string of the tree: a
+text that holds one of them holds a secret, however it was made (the portal masks them).
 """
 
 from __future__ import annotations
@@ -110,6 +113,9 @@ class Deployment:
     policies: list[Policy] = field(default_factory=list)
     secrets: set[str] = field(default_factory=set)            # value paths marked secret
     secret_properties: set[str] = field(default_factory=set)  # deploy-time properties that are
+    secret_values: set[str] = field(default_factory=set)      # strings known to be secret
+    # what users of the tree derive from it once (the portal's masks), kept with it
+    derived: dict = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def is_secret(self, path: str) -> bool:
         """Whether the value at ``path`` is a secret or holds one (``web/env`` holds
@@ -118,6 +124,27 @@ class Deployment:
         path = path.strip("/")
         return any(s == path or s.startswith(path + "/") or path.startswith(s + "/")
                    for s in self.secrets) if path else bool(self.secrets)
+
+    def secret_strings(self) -> frozenset[str]:
+        """Every secret string: ``secret_values`` and each string (or number) at or below a
+        secret path. Computed once per tree."""
+        found = self.derived.get("secret_strings")
+        if found is None:
+            out = set(self.secret_values)
+            # the paths that hold a secret below them (web/env holds web/env/PGPASSWORD)
+            above = {s.rsplit("/", k)[0] for s in self.secrets for k in range(1, s.count("/") + 1)}
+            for path, comp in self.walk() if self.secrets else ():
+                for name, value in comp.attributes.items():
+                    self._secret_leaves(path + "/" + name, value, above, out)
+            found = self.derived["secret_strings"] = frozenset(s for s in out if s)
+        return found
+
+    def _secret_leaves(self, path: str, value: Value, above: set[str], out: set[str]) -> None:
+        if path in self.secrets:
+            out.update(strings_of(value))
+        elif path in above and isinstance(value, dict):
+            for key, item in value.items():
+                self._secret_leaves(path + "/" + str(key), item, above, out)
 
     def walk(self) -> Iterator[tuple[str, Component]]:
         """Every component with its path, parents before children, in document order."""
@@ -149,6 +176,8 @@ class Deployment:
             out["secrets"] = sorted(self.secrets)
         if self.secret_properties:
             out["secretProperties"] = sorted(self.secret_properties)
+        if self.secret_values:
+            out["secretValues"] = sorted(self.secret_values)
         return out
 
     @classmethod
@@ -161,7 +190,8 @@ class Deployment:
                                    weight=p.pop("weight", 1.0), name=p.pop("name", None),
                                    params=p))
         return cls([_component_from_json(c) for c in data.get("components", [])], groups, policies,
-                   set(data.get("secrets", ())), set(data.get("secretProperties", ())))
+                   set(data.get("secrets", ())), set(data.get("secretProperties", ())),
+                   set(data.get("secretValues", ())))
 
 
 def value_to_json(v: Value) -> Any:
@@ -201,6 +231,20 @@ def _component_from_json(d: dict) -> Component:
     )
 
 
+def strings_of(v: Any) -> Iterator[str]:
+    """The strings (and numbers, as text) in a value; a lazy value has none yet."""
+    if isinstance(v, str):
+        yield v
+    elif isinstance(v, (int, float)) and not isinstance(v, bool):
+        yield str(v)
+    elif isinstance(v, list):
+        for x in v:
+            yield from strings_of(x)
+    elif isinstance(v, dict):
+        for x in v.values():
+            yield from strings_of(x)
+
+
 def has_lazy(v: Value) -> bool:
     if isinstance(v, Lazy):
         return True
@@ -230,6 +274,9 @@ class ResolveRequest:
     loader: Loader = no_loader
     limits: Limits = field(default_factory=Limits)
     own_files: bool = False                # the documents read are the caller's own (below)
+    # strings a language found to be secret while resolving (hidden parameters' values ...):
+    # what an error it raises must not show, and what the deployment keeps as its own
+    secret_values: set[str] = field(default_factory=set)
 
     def quotes(self, url: str | None) -> bool:
         """Whether errors may quote the document at ``url`` (None: the source itself). A

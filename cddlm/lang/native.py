@@ -47,7 +47,7 @@ class _Native:
             found = ", not %s" % root.tag if request.quotes(request.base_url) else ""
             raise DescriptorError("the root element must be {%s}application%s" % (N, found),
                                   kind="wrong-root", line=root.sourceline)
-        reader = _Reader(request)
+        reader = _Reader(request, _secret_properties(root))
         dep = Deployment()
         for el in root:
             if not isinstance(el.tag, str):
@@ -93,13 +93,23 @@ def _secret(el: etree._Element) -> bool:
     return (el.get("secret") or "").strip().lower() in ("true", "1")
 
 
+def _secret_properties(root: etree._Element) -> set[str]:
+    """The deploy-time properties read inside a value marked secret: secrets wherever else
+    they are used (known before the document is read, in whatever order it uses them)."""
+    return {(p.get("name") or "").strip() for el in root.iter() if isinstance(el.tag, str)
+            and _secret(el) for p in el.iter(ns.qname(N, "property"))} - {""}
+
+
 class _Reader:
-    def __init__(self, request: ResolveRequest):
+    def __init__(self, request: ResolveRequest, secret_properties: set[str]):
         self.properties = request.properties
         self.used: set[str] = set()
         self.eager_refs: list[tuple[Component, str, str, int]] = []  # comp, attr, path, line
         self.secrets: set[str] = set()              # value paths marked secret
-        self.secret_properties: set[str] = set()    # properties read inside them
+        self.secret_properties = secret_properties  # properties read inside them
+        self.secret_values = request.secret_values  # their values, and the literal secrets
+        self.secret_values.update(str(v) for k, v in request.properties.items()
+                                  if k in secret_properties)
 
     def component(self, el: etree._Element, path: str = "") -> Component:
         name = _required(el, "name")
@@ -131,13 +141,16 @@ class _Reader:
         ``secret``: inside a value marked secret."""
         kids = [c for c in el if isinstance(c.tag, str)]
         if not kids:
+            if secret and el.text:
+                self.secret_values.add(el.text)
             return el.text or ""
         if (el.text or "").strip():
             raise DescriptorError("a value holds text or elements, not both", kind="mixed-value",
                                   line=el.sourceline)
         if len(kids) == 1 and _local(kids[0]) in ("property", "ref"):
-            if secret and _local(kids[0]) == "property" and kids[0].get("name"):
-                self.secret_properties.add(kids[0].get("name").strip())
+            if _local(kids[0]) == "property" and where \
+                    and (kids[0].get("name") or "").strip() in self.secret_properties:
+                self.secrets.add(where)     # a secret property, wherever it is used
             return self.reference(kids[0], comp, attr)
         if any(_local(k) != "item" for k in kids):
             raise _unexpected(next(k for k in kids if _local(k) != "item"))
@@ -171,6 +184,8 @@ class _Reader:
             return None
         name = _required(el, "name")
         default = el.get("default")
+        if name in self.secret_properties and default is not None:
+            self.secret_values.add(default)
         if lazy:
             return Lazy("property", name, default, integer)
         self.used.add(name)

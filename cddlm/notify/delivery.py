@@ -9,11 +9,13 @@ batch's Notify request and hands it to a sender, then sleeps until it is woken (
 committed, a sender done, a subscription resumed) or the next retry is due; it also polls
 every ``delivery_poll_interval`` for events other portals wrote. Senders only do HTTP.
 
-A slow or dead consumer never holds up the others: each request has connect and read
-timeouts and a deadline; ``delivery_workers`` senders work through at most twice as many
-requests, of which one consumer host may have at most half as many as there are senders (at
-least one), so a host that hangs can hold only half the senders; a failing subscription backs
-off without blocking anyone; and only subscriptions whose head is due are claimed.
+A slow or dead consumer never holds up the others, nor one subscriber (tenant) the others:
+each request has connect and read timeouts and a deadline; the due subscriptions are claimed
+in turns by subscriber (each one's most overdue first), and the ``delivery_workers`` senders
+are shared by consumer host and by subscriber as ``senders`` says, both by the claims (up to
+twice as many requests in flight as there are senders) and by the senders picking their next
+request. A failing subscription backs off without blocking anyone, and only subscriptions
+whose head is due are claimed.
 """
 
 from __future__ import annotations
@@ -23,19 +25,19 @@ import logging
 import queue
 import threading
 import time
-from collections import OrderedDict
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter, OrderedDict
 from typing import Callable
 from urllib.parse import urlsplit
 
 from lxml import etree
 
-from cddlm import ns, wsa, xmlsafe
+from cddlm import metrics, ns, wsa, xmlsafe
 from cddlm.application.store import Store
 from cddlm.config import Settings
 from cddlm.errors import Busy, QueryError, StoreUnavailable
 from cddlm.notify import messages, outbox, records
 from cddlm.notify.outbound import Sender
+from cddlm.notify.senders import Senders, Shares
 from cddlm.xpathsafe import BudgetExceeded, XPathPool
 
 log = logging.getLogger(__name__)
@@ -80,17 +82,15 @@ class Delivery:
         self.clock = clock
         self.sender = sender or Sender(settings)
         self.workers = max(1, settings.delivery_workers)
-        self.budget = 2 * self.workers                  # requests sent or waiting for a sender
-        self.per_host = max(1, self.workers // 2)       # of which one consumer host may have
+        self.flight = Shares(2 * self.workers)     # requests claimed and not yet recorded
+        self.senders = Senders(self.workers, self._send)
         self.lease = 2 * (settings.delivery_connect_timeout + 2 * settings.delivery_timeout) + 10
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._results: queue.SimpleQueue[outbox.Outcome] = queue.SimpleQueue()
-        self._in_flight: dict[str, int] = {}
         self._heads = _Bounded(4096)          # (sub id, portal, view) -> (Route, head bytes)
         self._payloads = _Bounded(16384)      # event id -> payload bytes
         self._thread: threading.Thread | None = None
-        self._pool: ThreadPoolExecutor | None = None
         self._pending_outcomes: list[outbox.Outcome] = []   # found by senders, not yet recorded
         self._next_maintenance = 0.0
         self._next_prune = 0.0
@@ -99,7 +99,7 @@ class Delivery:
     # -- life -------------------------------------------------------------------------------
     def start(self) -> None:
         self._stop.clear()
-        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="cddlm-notify")
+        self.senders.start()
         self._thread = threading.Thread(target=self._loop, name="cddlm-dispatch", daemon=True)
         self._thread.start()
 
@@ -110,11 +110,11 @@ class Delivery:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            deadline = time.monotonic() + grace
-            while sum(self._in_flight.values()) and time.monotonic() < deadline:
-                self._drain(block=0.05)
+        for batch, _, _ in self.senders.stop():     # never sent: not in flight any more
+            self.flight.count(self.flight.held, _host(batch.address), batch.subscriber, -1)
+        deadline = time.monotonic() + grace
+        while self.flight.busy() and time.monotonic() < deadline:
+            self._drain(block=0.05)
         try:
             with self.store.write() as conn:
                 outcomes = self._pending_outcomes
@@ -136,10 +136,7 @@ class Delivery:
             while True:
                 o = self._results.get(timeout=block) if block else self._results.get_nowait()
                 block = 0.0
-                host = _host(o.batch.address)
-                self._in_flight[host] -= 1
-                if not self._in_flight[host]:
-                    del self._in_flight[host]
+                self.flight.count(self.flight.held, _host(o.batch.address), o.batch.subscriber, -1)
                 self._pending_outcomes.append(o)
         except queue.Empty:
             pass
@@ -168,7 +165,7 @@ class Delivery:
 
     def _round(self, now: float) -> float:
         """One round; returns how long to sleep before the next."""
-        capacity = self.budget - sum(self._in_flight.values())
+        capacity = self.flight.size - self.flight.busy()
         with self.store.single() as conn:
             unfanned, due = outbox.pending(conn, now)
         claimable = capacity > 0 and due is not None and due <= now
@@ -176,13 +173,12 @@ class Delivery:
             return min(self.settings.delivery_poll_interval,
                        max(0.01, due - now) if due is not None else float("inf"))
         outcomes = self._pending_outcomes
-        reserved: dict[str, int] = {}
+        claimed: Counter = Counter()       # this round's, until they are handed to senders
 
-        def take(address: str) -> bool:
-            host = _host(address)
-            if self._in_flight.get(host, 0) + reserved.get(host, 0) >= self.per_host:
+        def take(address: str, subscriber: str, waiting: set[str]) -> bool:
+            if not self.flight.allows(_host(address), subscriber, waiting, claimed):
                 return False
-            reserved[host] = reserved.get(host, 0) + 1
+            self.flight.count(claimed, _host(address), subscriber)
             return True
 
         postgres = not self.store.is_sqlite
@@ -234,11 +230,11 @@ class Delivery:
                                          lambda: self._route(batch, portal, view))
         request = messages.notify_request(route, head, payloads)
         host = _host(batch.address)
-        self._in_flight[host] = self._in_flight.get(host, 0) + 1
-        assert self._pool is not None
-        self._pool.submit(self._send, batch, request, self.clock())
+        self.flight.count(self.flight.held, host, batch.subscriber)
+        self.senders.put(host, batch.subscriber, (batch, request, self.clock()))
 
-    def _send(self, batch: outbox.Batch, request: bytes, started: float) -> None:
+    def _send(self, job: tuple[outbox.Batch, bytes, float]) -> None:
+        batch, request, started = job
         try:
             error = self.sender.post(batch.address, request, messages.NOTIFY_ACTION)
         except Exception as e:   # a bug must not lose the outcome (and the in-flight slot)
@@ -246,6 +242,7 @@ class Delivery:
             error = "internal error: %s" % type(e).__name__
         if error is not None:
             log.info("notification to %s failed: %s", batch.address, error)
+        metrics.delivered(_host(batch.address), self.clock() - started, error is not None)
         self._results.put(outbox.Outcome(batch, started, error))
         self._wake.set()
 

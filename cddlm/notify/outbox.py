@@ -61,6 +61,7 @@ class Batch:
     topic: str
     consumer: str              # EPR XML
     address: str
+    subscriber: str            # the principal who made it (senders are shared fairly by them)
     attempts: int
     failing_since: float | None
     events: tuple[int, ...]        # event ids, in order
@@ -164,16 +165,32 @@ _CLAIMABLE = and_(s.due <= bindparam("now"), s.paused.is_(False), s.status.in_(L
                   or_(s.owner.is_(None), s.lease_expires < bindparam("now")), _UNEXPIRED)
 
 
+# due subscriptions taken in turns by subscriber: each one's most overdue, then each one's
+# next ... (a subscriber with a thousand due subscriptions does not hide another's one)
+_TURNS = (select(s.id, func.row_number().over(partition_by=s.subscriber, order_by=(s.due, s.id))
+                 .label("turn")).where(_CLAIMABLE).subquery())
+
+
 def claim(conn: Connection, owner: str, now: float, lease: float, limit: int, batch: int,
-          postgres: bool, take: Callable[[str], bool]) -> list[Batch]:
-    """Lease up to ``limit`` due subscriptions (those ``take(address)`` accepts) with the ids
-    of their first ``batch`` queued events."""
+          postgres: bool, take: Callable[[str, str, set[str]], bool]) -> list[Batch]:
+    """Lease up to ``limit`` due subscriptions, in turns by subscriber (those ``take(address,
+    subscriber, waiting)`` accepts; ``waiting``: the subscribers with due subscriptions seen),
+    with the ids of their first ``batch`` queued events."""
     query = (select(s.id, s.portal, s.producer, s.producer_view, s.topic, s.consumer,
-                    s.consumer_address, s.attempts, s.failing_since)
-             .where(_CLAIMABLE).order_by(s.due).limit(limit * 4))
+                    s.consumer_address, s.subscriber, s.attempts, s.failing_since)
+             .join(_TURNS, _TURNS.c.id == s.id).order_by(_TURNS.c.turn, s.due).limit(limit * 4)
+             .where(_CLAIMABLE))    # again on the row itself: PostgreSQL checks it again on
+                                    # a row another claimer has just leased (and skips it)
     if postgres:
         query = query.with_for_update(skip_locked=True, of=subscriptions)
-    chosen = [r for r in conn.execute(query, {"now": now}).all() if take(r.consumer_address)][:limit]
+    rows = conn.execute(query, {"now": now}).all()
+    waiting = {r.subscriber for r in rows}
+    chosen = []
+    for r in rows:
+        if len(chosen) == limit:
+            break
+        if take(r.consumer_address, r.subscriber, waiting):
+            chosen.append(r)
     if not chosen:
         return []
     ids = [r.id for r in chosen]
@@ -193,7 +210,8 @@ def claim(conn: Connection, owner: str, now: float, lease: float, limit: int, ba
         conn.execute(update(subscriptions).where(s.id.in_(bindparam("ids", expanding=True)))
                      .values(due=None, owner=None, lease_expires=None), {"ids": empty})
     return [Batch(r.id, r.portal, r.producer, r.producer_view, r.topic, r.consumer,
-                  r.consumer_address, r.attempts, r.failing_since, tuple(queued[r.id]))
+                  r.consumer_address, r.subscriber, r.attempts, r.failing_since,
+                  tuple(queued[r.id]))
             for r in chosen if queued[r.id]]
 
 

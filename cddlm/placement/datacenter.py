@@ -23,7 +23,8 @@ from cddlm.placement.network import Network, load_network
 from cddlm.placement.scopes import Scope, load_scopes
 from cddlm.placement.values import check_keys, check_name, number, string_list
 
-NODE_KEYS = ("name", "level", "children", "capacity", "traits", "agent")
+# workdir: a host's directory (its runner's business: application/hosts.py)
+NODE_KEYS = ("name", "level", "children", "capacity", "traits", "agent", "workdir")
 DC_KEYS = ("resources", "levels", "location", "network", "scopes", "host_level")
 
 
@@ -186,7 +187,8 @@ def _load_node(raw, parent: int | None, where: str, resources, levels, nodes, by
             capacity[dim] = number(amount, "%s: capacity %s" % (where, dim))
         agent = raw.get("agent")
         if agent is not None and (not isinstance(agent, str) or not agent):
-            raise BadArgument("%s: agent must be 'local' or a portal URL" % where)
+            raise BadArgument("%s: agent must be 'local', a portal URL, ssh://USER@ADDRESS[:PORT] or "
+                              "slurm:NODE" % where)
         node = Node(len(nodes), name, level, parent, capacity,
                     frozenset(string_list(raw.get("traits", []), where + ": traits")), agent)
         nodes.append(node)

@@ -40,7 +40,7 @@ from typing import Callable
 
 from lxml import etree
 
-from cddlm import ns
+from cddlm import metrics, ns
 from cddlm.application import repository as repo
 from cddlm.application.store import Store
 from cddlm.application.tenancy import LOCAL_ADMIN, Principal
@@ -205,6 +205,7 @@ class Authenticator:
         try:
             user = check()
         except _Failed as e:
+            metrics.auth_failed()
             log.warning("authentication failed from %s%s: %s", address,
                         " for %r" % e.user[:64] if e.user else "", e.reason)
             raise

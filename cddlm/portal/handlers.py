@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from lxml import etree
 
-from cddlm import __version__, ns, wsa
+from cddlm import __version__, logfields, ns, wsa
 from cddlm.application import options as opts
 from cddlm.application.repository import App
 from cddlm.application.secrets import visible_properties
@@ -212,8 +212,10 @@ class Handlers:
         view_id = view_of(req)
         if not view_id:
             raise ResourceUnknown("the request names no application (address /cddlm/applications/ID)")
-        return self.service.app_for_view(view_id, req.resource_id(), principal=req.principal,
-                                         light=light)
+        app = self.service.app_for_view(view_id, req.resource_id(), principal=req.principal,
+                                        light=light)
+        logfields.bind(application=app.id)
+        return app
 
     def producer(self, req: Request) -> tuple[str, str]:
         """The application a request to a view names, and the view: a notification producer."""

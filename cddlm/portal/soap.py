@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -26,7 +27,7 @@ from lxml import etree
 from spyne import AnyXml, Application, ServiceBase, rpc
 from spyne.protocol.soap import Soap11
 
-from cddlm import ns, wsa, xmlsafe
+from cddlm import logfields, metrics, ns, wsa, xmlsafe
 from cddlm.application.tenancy import LOCAL_ADMIN, Principal
 from cddlm.config import Limits
 from cddlm.errors import AddressingError, BadArgument, Busy, RequestTooLarge
@@ -70,10 +71,13 @@ class Endpoint:
 
 @dataclass
 class _State:
+    endpoint: str = "unknown"
     request: Request | None = None
     operation: Operation | None = None
     response: etree._Element | None = None
     addressing: wsa.Addressing = field(default_factory=wsa.Addressing)
+    name: str = "unknown"          # the operation's name, once routed (metrics, logs)
+    started: float = field(default_factory=time.perf_counter)
 
 
 class Validator:
@@ -142,6 +146,7 @@ class Exchange:
     def decompose(self, state: _State, root: etree._Element, env: dict) -> etree._Element:
         """Check the envelope and fill ``state`` (addressing first, so a fault relates to the
         request); returns the header element (or None). Raises ``SoapFault``."""
+        logfields.begin(address=env.get("REMOTE_ADDR"))
         if root.tag == "{%s}Envelope" % SOAP12_ENV:
             raise soap_fault("VersionMismatch", "this endpoint speaks SOAP 1.1 (%s)" % ENV)
         if root.tag != "{%s}Envelope" % ENV:
@@ -176,6 +181,10 @@ class Exchange:
                                        % len(children)))
         body_el = children[0]
         operation = self.endpoint.operations.get(body_el.tag)
+        if operation is not None:
+            name = etree.QName(body_el).localname   # createRequest: the operation create
+            state.name = name[:-len("Request")] if name.endswith("Request") else name
+            logfields.bind(operation=state.name, principal=principal.name)
         if operation is None:
             raise to_fault(BadArgument("%s is not an operation of the %s endpoint (it takes: %s)" % (
                 body_el.tag, self.endpoint.name,
@@ -202,7 +211,12 @@ class Exchange:
     @staticmethod
     def envelope(state: _State | None, error) -> etree._Element:
         """The response envelope: the handler's response, or the fault ``error``, with the
-        WS-Addressing reply headers."""
+        WS-Addressing reply headers. Every answer of both paths comes this way: the request
+        is counted here, and its log fields end."""
+        if state is not None:
+            metrics.request(state.endpoint, state.name, _outcome(error),
+                            time.perf_counter() - state.started)
+        logfields.end()
         env = etree.Element("{%s}Envelope" % ENV, nsmap=OUT_NSMAP)
         header = etree.SubElement(env, "{%s}Header" % ENV)
         body = etree.SubElement(env, "{%s}Body" % ENV)
@@ -224,7 +238,7 @@ class Exchange:
         ``DOCUMENT``)."""
         if not self.direct_tags:
             return None
-        state = _State()
+        state = _State(self.endpoint.name)
         error: SoapFault | None = None
         try:
             root = self.parse(data)
@@ -262,7 +276,7 @@ class CddlmSoap(Soap11):
         self.exchange = exchange
 
     def create_in_document(self, ctx, charset=None):
-        ctx.udc = _State()
+        ctx.udc = _State(self.exchange.endpoint.name)
         parsed = ctx.transport.req_env.pop(DOCUMENT, None)
         if parsed is not None:
             ctx.in_document = parsed
@@ -302,6 +316,21 @@ def _answering(ctx, fault: SoapFault) -> SoapFault:
         ctx.transport.resp_code = fault.status
     ctx.transport.resp_headers.update(fault.headers)
     return fault
+
+
+def _outcome(fault) -> str:
+    """``ok``, or the fault's name (its detail element's, one of ``faults.FAULTS``; else its
+    SOAP fault code): a label of the metrics, from a fixed set."""
+    if fault is None:
+        return "ok"
+    det = getattr(fault, "detail", None)
+    if isinstance(det, etree._Element):
+        return etree.QName(det).localname
+    code = str(getattr(fault, "faultcode", "Server") or "Server")
+    if code.startswith("{"):        # a fault code of another namespace (wsse's, wsa's)
+        return etree.QName(code).localname
+    base = code.split(".", 1)[0].split(":")[-1]
+    return base if base in ("Client", "Server", "MustUnderstand", "VersionMismatch") else "Server"
 
 
 def _fault_element(fault) -> etree._Element:

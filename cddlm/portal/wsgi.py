@@ -162,6 +162,17 @@ def refusal(environ: dict, names: frozenset[str], soap: bool) -> tuple[str, str]
     return None
 
 
+def open_to_all(environ: dict) -> bool:
+    """Whether the request is answered to anyone, credentials or not: the WSDL and its schemas
+    (``?wsdl`` and ``/cddlm/wsdl/``). Credentials sent with it are neither checked nor counted
+    (a client with a mistyped password fetching the WSDL is not ten failed sign-ins)."""
+    if environ.get("REQUEST_METHOD") not in ("GET", "HEAD"):
+        return False
+    path = environ.get("PATH_INFO", "")
+    return path.startswith("/cddlm/wsdl/") or (
+        path.startswith(MOUNTS) and "wsdl" in environ.get("QUERY_STRING", "").lower())
+
+
 class Router:
     def __init__(self, apps: dict[str, WsgiApplication], limits: Limits, portal_url: Callable[[], str],
                  dashboard: Callable | None = None, names: frozenset[str] = frozenset({"*"}),
@@ -185,6 +196,8 @@ class Router:
         if auth is None or auth.local:
             return None
         path = environ.get("PATH_INFO", "")
+        if open_to_all(environ):
+            return None           # answered without credentials: none checked, none counted
         soap_post = environ.get("REQUEST_METHOD") == "POST" and path.startswith(MOUNTS)
         if body is None:          # the headers are in, the body is not read
             environ[GATED] = True

@@ -13,19 +13,21 @@ ROOT=$(cd "$HERE/../.." && pwd)
 CDDLM=${CDDLM:-$ROOT/.venv/bin/cddlm}
 STATE=${STATE:-${TMPDIR:-/tmp}/cddlm-cluster}
 PASSWORD=${PASSWORD:-front-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')}
-# as root, components would run as root: allowed here only for this demonstration
-EXTRA=""
-[ "$(id -u)" = 0 ] && EXTRA="--insecure"
 mkdir -p "$STATE"
 umask 077
+# the host portals' components must not run as the portal's own account (they could rewrite its
+# users file): as root they run as nobody, who must pass through the folders the portals make
+# (umask 066: folders 0711, files 0600); as another user they cannot, which only --insecure
+# allows: a demonstration on loopback only
+if [ "$(id -u)" = 0 ]; then EXTRA="--run-as nobody"; chmod 711 "$STATE"; else EXTRA="--insecure"; fi
 PIDS=""
 stop() { [ -n "$PIDS" ] && kill $PIDS 2>/dev/null; wait; }
 trap stop INT TERM EXIT
 for i in 1 2 3; do
-    dir="$STATE/h$i"; mkdir -p "$dir"
+    dir="$STATE/h$i"; mkdir -p "$dir"; chmod 711 "$dir"
     printf '%s\n' "$PASSWORD" | "$CDDLM" user add front --replace --users "$dir/users.json" >/dev/null
-    "$CDDLM" portal serve --agent --host "127.0.0.$((i + 1))" --port "1848$i" \
-        --state-dir "$dir/state" --users "$dir/users.json" $EXTRA >"$dir/out.log" 2>&1 &
+    (umask 066; exec "$CDDLM" portal serve --agent --host "127.0.0.$((i + 1))" --port "1848$i" \
+        --state-dir "$dir/state" --users "$dir/users.json" $EXTRA) >"$dir/out.log" 2>&1 &
     PIDS="$PIDS $!"
 done
 printf '[default]\nuser = "front"\npassword = "%s"\n' "$PASSWORD" >"$STATE/agents.toml"

@@ -98,7 +98,7 @@ def queued(store, sub_id) -> list[int]:
             .where(deliveries.c.subscription_id == sub_id).order_by(events.c.id))]
 
 
-def claim(store, owner="p1", now=10.0, limit=10, batch=100, take=lambda a: True):
+def claim(store, owner="p1", now=10.0, limit=10, batch=100, take=lambda a, o, w: True):
     with store.write() as conn:
         return outbox.claim(conn, owner, now, 30.0, limit, batch, not store.is_sqlite, take)
 
@@ -170,7 +170,7 @@ def test_claims_are_ordered_batched_leased_and_expire(store, fan_out):
         loaded = outbox.load_events(conn, list(batch.events))
     assert [loaded[i].data["sequence"] for i in batch.events] == [1, 2, 3] and batch.sub_id == sub
     assert claim(store, owner="p2", now=11.0) == []              # leased by p1
-    assert claim(store, owner="p2", now=11.0 + 30.0, take=lambda a: False) == []   # host busy
+    assert claim(store, owner="p2", now=11.0 + 30.0, take=lambda a, o, w: False) == []   # host busy
     (again,) = claim(store, owner="p2", now=11.0 + 30.0, batch=3)   # the lease ran out
     assert again.events == batch.events
     with store.write() as conn:

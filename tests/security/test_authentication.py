@@ -170,3 +170,16 @@ def test_failures_are_limited_per_user_and_place(net):
     assert known.fault[1] == "NoSuchApplicationFault", known.body[:300]
     assert "authentication refused from 127.0.21.1" in net.log()
     assert wire.snapshot(net.db) == before
+
+
+def test_the_wsdl_fetched_with_a_wrong_password_counts_no_failure(net):
+    """The WSDL and its schemas are answered to anyone: credentials sent with them (a client
+    with a mistyped password fetches the WSDL before its first call) are not checked, so they
+    are not failed sign-ins that would refuse that user's next try."""
+    src = "127.0.23.1"
+    wrong = wire.basic("carol", "typo")
+    for _ in range(12):
+        assert wire.request(net.url + "?wsdl", headers=wrong, source=src).status == 200
+        assert wire.request(net.base + "/cddlm/wsdl/api.xsd", headers=wrong, source=src).status == 200
+    # the next wrong password is the first failure (401), not one over the limit (429)
+    refused(wire.soap(net.url, LOOKUP, headers=wrong, source=src), 401)

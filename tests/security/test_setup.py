@@ -93,17 +93,10 @@ def test_local_mode_needs_no_credentials(live_portal):
 
 
 def test_upgrade_gives_existing_applications_to_the_local_admin(tmp_path):
-    from alembic import command
-    from alembic.config import Config
     from sqlalchemy import text
     from cddlm.application import repository as repo
-    from cddlm.application.store import MIGRATIONS, Store
-    store = Store("sqlite:///%s" % (tmp_path / "old.db"))
-    cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
-    with store.write() as conn:
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0002")
+    from tests.conftest import schema_at
+    with schema_at("sqlite:///%s" % (tmp_path / "old.db"), "0002") as (store, conn):
         conn.execute(text("INSERT INTO applications (id, name, state, desired, generation, created, "
                           "event_seq, client_token) VALUES ('urn:uuid:old', 'old', 'running', "
                           "'running', 0, 1.0, 1, 'tok')"))

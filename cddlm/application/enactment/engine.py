@@ -25,19 +25,22 @@ watcher does not cover (files, probes, processes it could not watch, hosts marke
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
 import time
 import uuid
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from sqlalchemy import or_, select
 
-from cddlm.application import lifecycle
+from cddlm import metrics
+from cddlm.application import lifecycle, secrets
 from cddlm.application import repository as repo
-from cddlm.application.enactment import logs, queue, states
+from cddlm.application.enactment import logs, procfs, queue, states
 from cddlm.application.enactment.local import Later, LocalRunner, Lost, Outcome, Target
 from cddlm.application.enactment.reconcile import reconcile
 from cddlm.application.enactment.values import HostValues
@@ -140,6 +143,13 @@ class Engine:
     def wake(self) -> None:
         self._wake.set()
 
+    def dead(self) -> str | None:
+        """Why the engine does no work (not started, or a thread of it ended), or None."""
+        gone = [t.name for t in self._threads if not t.is_alive()]
+        if not self._threads or self._stop.is_set():
+            return "the engine is not running"
+        return "engine threads ended: %s" % ", ".join(gone) if gone else None
+
     def _notify_events(self) -> None:
         for callback in self.on_events:
             callback()
@@ -160,6 +170,7 @@ class Engine:
                     # read under a light lock: its tree, as committed (the lock holds it still)
                     whole = (repo.get_app(self.store, app.id) or app) if app.light else app
                     tree = Deployment.from_json(whole.deployment or {})
+                    secrets.of(tree)        # its secrets are masked in log lines from now on
                     found = (tree, dict(tree.walk()))
                     with self._trees_lock:
                         self._trees.put(app.id, app.generation, found)
@@ -202,7 +213,17 @@ class Engine:
     def values(self, app: repo.App, rows: dict[str, repo.Component], comp: repo.Component) -> HostValues:
         runner = self.runners.get(comp.host or "")
         workdir = (lambda p: runner.component_dir(app.id, p)) if runner else (lambda p: "")
-        return HostValues(app, self.tree(app), rows, comp.host or "", comp.path, workdir)
+        return HostValues(app, self.tree(app), rows, comp.host or "", comp.path, workdir,
+                          self._ports, getattr(runner, "hostname", None))
+
+    def _ports(self, host: str | None, pid: int, started: str | None) -> list[int]:
+        """The ports a process listens on: from /proc where it runs on this machine, else from
+        its host's runner if that can tell (SSH)."""
+        runner = self.runners.get(host or "")
+        if isinstance(runner, LocalRunner):
+            return procfs.listening_ports(pid) if procfs.alive(pid, started) else []
+        asks = getattr(runner, "ports", None)
+        return asks(pid, started) if asks is not None else []
 
     def _target(self, app: repo.App, rows: dict[str, repo.Component], comp: repo.Component,
                 lenient: bool = False) -> Target:
@@ -248,6 +269,7 @@ class Engine:
             if not self._looker.locked():
                 self._wake.set()    # the looker found work: another idle worker looks on
             batch = _Batch(items)
+            metrics.claimed(batch.action, len(items))
             try:
                 self._perform(batch)
             except Superseded:
@@ -406,26 +428,61 @@ class Engine:
 
     def _enact_on_hosts(self, batch: "_Batch", jobs: dict[int, tuple], keep, report) -> None:
         """``jobs``: per runner (a local host's, a host portal's, a delegate's portal's), the
-        items it enacts."""
-        action = batch.action
-        for runner, group in jobs.values():
-            if action == "deploy":
-                for item, target, _ in group:
-                    self._one(batch, item, report, lambda: runner.deploy(target))
-                    keep()
-            elif action in ("start", "stop"):
-                jobs_of = [(item, target, comp.pid, comp.pid_start) for item, target, comp in group]
-                many = getattr(runner, action + "_many", None)
-                if many is not None:
-                    self._many(batch, many, jobs_of, keep, report)
-                else:          # a runner that does one at a time (another portal's)
-                    for item, target, pid, pid_start in jobs_of:
-                        self._one(batch, item, report, lambda: getattr(runner, action)(
-                            target, pid, pid_start, keep))
-            else:
-                report([(item, Outcome("failed", "unknown action %s" % action)) for item, _, _ in group])
+        items it enacts. Runners of other machines that say so (``parallel``: each waits on
+        its own host) are enacted side by side, up to ``Settings.parallel_hosts`` at once,
+        their reports and lease keeping taken in turn."""
+        groups = list(jobs.values())
+        apart = [g for g in groups if getattr(g[0], "parallel", False)]
+        if len(apart) < 2 or self.settings.parallel_hosts < 2:
+            for runner, group in groups:
+                self._enact_group(batch, runner, group, keep, report)
+            return
+        lock = threading.Lock()
 
-    def _many(self, batch: "_Batch", many: Callable, jobs: list[tuple], keep, report) -> None:
+        def in_turn(fn: Callable) -> Callable:
+            def call(*args):
+                with lock:
+                    return fn(*args)
+            return call
+        keep, report = in_turn(keep), in_turn(report)
+        with ThreadPoolExecutor(min(len(apart), self.settings.parallel_hosts),
+                                thread_name_prefix="cddlm-hosts") as pool:
+            futures = [pool.submit(self._enact_group, batch, runner, group, keep, report, lock)
+                       for runner, group in apart]
+            try:
+                for runner, group in groups:
+                    if not getattr(runner, "parallel", False):
+                        self._enact_group(batch, runner, group, keep, report, lock)
+            finally:
+                errors = [e for e in (f.exception() for f in futures) if e is not None]
+        if errors:
+            raise errors[0]
+
+    def _enact_group(self, batch: "_Batch", runner, group: list, keep, report,
+                     lock: threading.Lock | None = None) -> None:
+        """One runner's items of a batch."""
+        action = batch.action
+        if action == "deploy" and hasattr(runner, "deploy_many"):
+            self._many(batch, runner.deploy_many, [(item, target) for item, target, _ in group],
+                       keep, report, lock)
+        elif action == "deploy":
+            for item, target, _ in group:
+                self._one(batch, item, report, lambda: runner.deploy(target))
+                keep()
+        elif action in ("start", "stop"):
+            jobs_of = [(item, target, comp.pid, comp.pid_start) for item, target, comp in group]
+            many = getattr(runner, action + "_many", None)
+            if many is not None:
+                self._many(batch, many, jobs_of, keep, report, lock)
+            else:          # a runner that does one at a time (another portal's)
+                for item, target, pid, pid_start in jobs_of:
+                    self._one(batch, item, report, lambda: getattr(runner, action)(
+                        target, pid, pid_start, keep))
+        else:
+            report([(item, Outcome("failed", "unknown action %s" % action)) for item, _, _ in group])
+
+    def _many(self, batch: "_Batch", many: Callable, jobs: list[tuple], keep, report,
+              lock: threading.Lock | None = None) -> None:
         """A runner's batch call (``deploy_many``, ``start_many``, ``stop_many``). One that
         cannot go on yet (``Later``: its host does not answer) has the items it did not
         report asked again later, holding no worker meanwhile."""
@@ -437,10 +494,11 @@ class Engine:
         try:
             many(jobs, keep, seen)
         except Later as e:
-            for item, *_ in jobs:
-                if item.id not in reported and item.id in batch.held:
-                    self._later(item, e.delay)
-                    batch.held.discard(item.id)
+            with lock or contextlib.nullcontext():
+                for item, *_ in jobs:
+                    if item.id not in reported and item.id in batch.held:
+                        self._later(item, e.delay)
+                        batch.held.discard(item.id)
 
     def _one(self, batch: "_Batch", item: queue.Item, report, act: Callable[[], Outcome]) -> None:
         """One item's action. A runner that cannot finish it yet (``Later``: a remote host
@@ -540,7 +598,20 @@ class Engine:
 
     def _apply(self, app: repo.App, comp: repo.Component, outcome: Outcome,
                now: float) -> dict | None:
-        """The new values of a component after a runner's outcome; None if it was stale."""
+        """The new values of a component after a runner's outcome; None if it was stale. Its
+        texts (info, the stderr tail) are masked here, the one place component state is
+        recorded: stateInfo, terminationInfo, the history and the notifications quote them."""
+        values = self._outcome_values(app, comp, outcome, now)
+        if values is not None:
+            conceal = secrets.of(self.tree(app))
+            if conceal and values.get("info"):
+                values["info"] = conceal(values["info"])
+            if conceal and values["runtime"].get("stderr"):
+                values["runtime"]["stderr"] = conceal(values["runtime"]["stderr"])
+        return values
+
+    def _outcome_values(self, app: repo.App, comp: repo.Component, outcome: Outcome,
+                        now: float) -> dict | None:
         event = outcome.event
         attrs = {}
         if event == "failed" and comp.oneshot and outcome.exit_code == 0:
@@ -671,38 +742,52 @@ class Engine:
             self._after(added, after is not None and after.event_seq != before)
         return [_health(c, outcomes.get(c.path) if c.path in recorded else None) for c in comps]
 
-    def check_all(self, host: str | None = None) -> None:
+    def check_all(self, host: str | None = None, hosts: list[str] | None = None) -> None:
         """The scheduled liveness pass: one narrow read of the running components, and a
         check of those the exit watcher does not cover (files, probes, processes it could
         not watch, everything on a host marked down; of one host if given). The processes of
         local hosts, which the watcher covers, are read only when new since the last full read
         and every ``FULL_SWEEP`` passes (to watch those it does not: started by another portal
         on the store, or past a descriptor limit), so an idle pass costs little however many
-        run."""
-        self._passes += 1
+        run. ``hosts``: a pass over those hosts only, between the scheduled ones (SSH hosts,
+        whose exits no watcher reports)."""
+        whole = host is None and hosts is None
+        if hosts is not None and not hosts:
+            return
+        if hosts is None:
+            self._passes += 1
         query = select(components.c.app_id, components.c.path, components.c.type,
                        components.c.pid, components.c.host).where(
             components.c.observed == states.RUNNING, components.c.type.not_in(list(states.CONTAINERS)))
         if host is not None:
             query = query.where(components.c.host == host)
+        if hosts is not None:
+            query = query.where(components.c.host.in_(hosts))
         with self.store.read() as conn:
             down = repo.down_hosts(conn)
             watched = [h for h in self.runners if self._watchable(h) and h not in down]
-            if host is None and watched and self._passes % FULL_SWEEP != 1:
+            if whole and watched and self._passes % FULL_SWEEP != 1:
                 # and those that came since the last full read (another portal's, perhaps)
                 query = query.where(or_(components.c.type != "process",
                                         components.c.host.not_in(watched),
                                         components.c.updated >= self._swept - 5.0))
-            elif host is None:
+            elif whole:
                 self._swept = self.clock()
             rows = conn.execute(query).all()
         watcher = self.watcher
         by_app: dict[str, set[str]] = {}
+        surveys: dict[str, list] = {}
         for app_id, path, kind, pid, on in rows:
             if kind == "process" and on not in down and (
                     on not in self.runners or (self._watchable(on) and watcher.watching(pid))):
                 continue
             by_app.setdefault(app_id, set()).add(path)
+            if kind == "process" and on not in down and hasattr(self.runners[on], "survey"):
+                surveys.setdefault(on, []).append((app_id, path, pid))
+        for on, procs in surveys.items():
+            # a runner of another machine's processes looks at all of them at once (one
+            # command per host per pass); the checks below read what it saw
+            self.runners[on].survey(procs)
         self._check_many(by_app)
 
     def _readopt(self) -> None:

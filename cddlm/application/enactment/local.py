@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from cddlm import affinity, netsafe
+from cddlm.application import secrets
 from cddlm.application.enactment import confine, logs, procfs, spawner, states
 from cddlm.application.enactment.confine import Account, Escape
 from cddlm.budget import PatternError, user_regex
@@ -156,15 +157,7 @@ class LocalRunner:
                                             max_bytes, offset)
         except (OSError, Escape):
             return [], offset or 0
-        if offset is not None:
-            # complete lines only, so that the next read goes on where a line begins (a line
-            # longer than max_bytes comes in pieces)
-            cut = data.rfind(b"\n") + 1 or (len(data) if len(data) >= max_bytes else 0)
-            return data[:cut].decode("utf-8", "replace").splitlines(), start + cut
-        found = data.decode("utf-8", "replace").splitlines()
-        if start > 0 and found:
-            found = found[1:]
-        return (found[-lines:] if lines > 0 else []), start + len(data)
+        return log_lines(data, start, offset, lines, max_bytes)
 
     # -- deploy ------------------------------------------------------------------------------
     def deploy(self, t: Target) -> Outcome:
@@ -632,6 +625,22 @@ def _wait_all(waits: list[_Wait], keep_lease: Callable[[], None] | None, report:
         time.sleep(max(0.0, due[0][0] - time.monotonic()))
 
 
+def log_lines(data: bytes, start: int, offset: int | None, lines: int,
+              max_bytes: int) -> tuple[list[str], int]:
+    """What ``log_read`` answers for ``data`` read from byte ``start`` of a log: after
+    ``offset``, its complete lines; without, its last ``lines`` lines (a partial first line
+    dropped). Returns them and the offset to read on from."""
+    if offset is not None:
+        # complete lines only, so that the next read goes on where a line begins (a line
+        # longer than max_bytes comes in pieces)
+        cut = data.rfind(b"\n") + 1 or (len(data) if len(data) >= max_bytes else 0)
+        return data[:cut].decode("utf-8", "replace").splitlines(), start + cut
+    found = data.decode("utf-8", "replace").splitlines()
+    if start > 0 and found:
+        found = found[1:]
+    return (found[-lines:] if lines > 0 else []), start + len(data)
+
+
 def _one(run: Callable[[Report], None]) -> Outcome:
     """The outcome of a batch of one."""
     got: list[tuple[Any, Outcome]] = []
@@ -705,7 +714,9 @@ def readiness_wait(tree: Any, c: Any, now: float) -> dict | None:
     ready = node.attributes.get("readiness") if node is not None else None
     if not isinstance(ready, dict) or not ready or node.attributes.get("run_to_completion"):
         return None
-    return waiting(ready, c.updated, now)
+    out = waiting(ready, c.updated, now)
+    out["waitingFor"] = secrets.of(tree)(out["waitingFor"])     # a hidden pattern stays hidden
+    return out
 
 
 def waiting(ready: dict, since: float, now: float) -> dict:

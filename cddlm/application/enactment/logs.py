@@ -32,6 +32,7 @@ import time
 
 import inotify_simple
 
+from cddlm import metrics
 from cddlm.application.enactment import confine
 
 log = logging.getLogger(__name__)
@@ -182,6 +183,13 @@ class Capper:
         with self._lock:
             self._drop(workdir)
 
+    def dead(self) -> str | None:
+        """Why logs go uncapped (the thread ended while it has logs to watch), or None."""
+        with self._lock:
+            if self._dirs and (self._thread is None or not self._thread.is_alive()):
+                return "the log capper's thread has ended"
+        return None
+
     def forget_below(self, prefix: str) -> None:
         with self._lock:
             for d in [d for d in self._dirs if d == prefix or d.startswith(prefix + os.sep)]:
@@ -253,6 +261,7 @@ class Capper:
             total += size
             if size > cap and rotate(folder, name, cap, workdir):
                 rotated += 1
+                metrics.log_rotated()
                 log.info("rotated %s (over %d bytes)", os.path.join(workdir, name), cap)
         return total, rotated
 

@@ -19,8 +19,15 @@ RUNTIME_NAMES = RESOLVED_RUNTIME + ("ports", "exit_signal", "restarts")
 
 class HostValues:
     def __init__(self, app: Any, tree: Deployment, rows: dict, host: str, component: str,
-                 workdir: Callable[[str], str]):
+                 workdir: Callable[[str], str],
+                 ports: Callable[[str | None, int, str | None], list[int]] | None = None,
+                 hostname: Callable[[], str] | None = None):
         self.app = app
+        self.hostname = hostname or socket.gethostname    # the machine the component runs on
+        # a process's listening ports where none were recorded (host, pid, start time): asked
+        # of /proc here, or of the runner of the host it runs on when that is another machine
+        self.ports = ports or (lambda host, pid, started: procfs.listening_ports(pid)
+                               if procfs.alive(pid, started) else [])
         self.tree = tree
         self.rows = rows            # path -> repository.Component
         self.host = host
@@ -29,7 +36,7 @@ class HostValues:
 
     # -- host facts and properties ------------------------------------------------------------
     def fact(self, name: str) -> Any:
-        hostname = socket.gethostname()
+        hostname = self.hostname()
         facts = {"host.name": self.host, "host.hostname": hostname, "local.hostname": hostname,
                  "app.id": self.app.id, "app.name": self.app.name or "",
                  "component.path": self.component, "component.workdir": self.workdir(self.component)}
@@ -47,7 +54,7 @@ class HostValues:
             return None
         if name in ("port", "ports"):
             ports = list(row.runtime.get("ports") or []) or (
-                procfs.listening_ports(row.pid) if row.pid and procfs.alive(row.pid, row.pid_start) else [])
+                self.ports(row.host, row.pid, row.pid_start) if row.pid else [])
             return (ports[0] if ports else None) if name == "port" else ports
         if name == "state":
             return row.observed

@@ -1,0 +1,93 @@
+"""The SSH runner's pure parts: agent addresses, the scripts' quoting and the parsing of their
+answers (a process's output never reaches them: only the lengths the script printed frame a
+log read), and exit statuses as sh reports them. The remote side runs against a local ``sh``
+here; tests/engines runs it over real sshds."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from cddlm.application.enactment import sshscript as sh
+from cddlm.application.enactment.sshlink import Endpoint, parse_agent
+from cddlm.errors import ConfigurationError
+
+
+def test_agent_addresses():
+    assert parse_agent("ssh://deploy@10.0.0.5") == Endpoint("deploy", "10.0.0.5", 22)
+    assert parse_agent("ssh://deploy@[fd00::5]:2222") == Endpoint("deploy", "fd00::5", 2222)
+    for bad in ("ssh://10.0.0.5", "ssh://u:secret@h", "http://u@h", "ssh://u@h/path", "ssh://u@h:99999",
+                "ssh://u@", "ssh://u@h?x=1"):
+        with pytest.raises(ConfigurationError, match="agent"):
+            parse_agent(bad)
+
+
+def run(lines: list[str]) -> bytes:
+    return subprocess.run(["sh", "-s"], input=sh.script(lines).encode(), capture_output=True,
+                          check=True, timeout=10).stdout
+
+
+def test_environment_names_the_shell_cannot_set_are_refused():
+    assert sh.env_exports({}) == ":"
+    assert sh.env_exports({"A_1": "x y"}) == "export A_1='x y'"
+    for bad in ("1A", "A-B", "A;touch x", "", "A B"):
+        with pytest.raises(ValueError, match="cannot be set over SSH"):
+            sh.env_exports({bad: "1"})
+
+
+def test_log_reads_are_framed_by_length(tmp_path):
+    log = tmp_path / "stdout.log"
+    forged = b"0 log x 0 3\nabc\n1 up 123\n"          # a process writing what answers look like
+    log.write_bytes(b"first\n" + forged + b"last\n")
+    logs, lines = sh.parse_logs(run(["lg 0 x %s 0 1000" % sh.q(log), "lg 1 y %s - 5" % sh.q(log),
+                                     "echo 2 up 42"]))
+    assert logs[(0, "x")] == (0, log.read_bytes())
+    size = len(log.read_bytes())
+    assert logs[(1, "y")] == (size - 5, b"last\n")
+    assert lines == {2: ["up", "42"]}
+    # an offset past the end (the log was truncated): read from its start
+    assert sh.parse_logs(run(["lg 0 x %s 99999 4" % sh.q(log)]))[0][(0, "x")] == (0, b"firs")
+    # a read cut short ends the parse, keeping what came before it
+    cut = b"0 log x 0 10\nabc"
+    assert sh.parse_logs(b"3 up 1\n" + cut) == ({}, {3: ["up", "1"]})
+
+
+def test_a_missing_or_linked_log_reads_as_empty(tmp_path):
+    (tmp_path / "link.log").symlink_to("/etc/passwd")
+    logs, _ = sh.parse_logs(run(["lg 0 x %s 0 100" % sh.q(tmp_path / "link.log"),
+                                 "lg 1 x %s 0 100" % sh.q(tmp_path / "none.log")]))
+    assert logs == {(0, "x"): (0, b""), (1, "x"): (0, b"")}
+
+
+def test_liveness_by_pid_and_start_time(tmp_path):
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        with open("/proc/%d/stat" % proc.pid) as f:
+            start = f.read().rsplit(")", 1)[1].split()[19]
+        (tmp_path / "status").write_text("")
+        got = sh.parse_lines(run(["lv 0 %d %s %s" % (proc.pid, start, sh.q(tmp_path)),
+                                  "lv 1 %d 1 %s" % (proc.pid, sh.q(tmp_path)),
+                                  "lv 2 %d - %s" % (proc.pid, sh.q(tmp_path))]))
+        assert got[0] == ["up", start] and got[2] == ["up", start]
+        assert got[1] == ["end", "-"], "another start time: not this process"
+    finally:
+        proc.kill()
+        proc.wait()
+    (tmp_path / "status").write_text("143\n")
+    assert sh.parse_lines(run(["lv 0 %d %s %s" % (proc.pid, start, sh.q(tmp_path))]))[0] == ["end", "143"]
+
+
+def test_exit_statuses_as_sh_reports_them():
+    assert sh.ended("0") == ("exited with status 0", 0, None)
+    assert sh.ended("3") == ("exited with status 3", 3, None)
+    assert sh.ended("143") == ("killed by signal SIGTERM", None, "SIGTERM")
+    assert sh.ended("137")[2] == "SIGKILL"
+    assert sh.ended("255") == ("exited with status 255", 255, None)
+    assert sh.ended("-")[1:] == (None, None) and "not recorded" in sh.ended("-")[0]
+    assert sh.ended("garbage")[1:] == (None, None)
+
+
+def test_ports_are_read_in_hexadecimal():
+    assert sh.ports(["ports", "1F90", "0050", "1F90", "zz"]) == [80, 8080]
+    assert sh.ports(["end", "1"]) == [] and sh.ports([]) == []
