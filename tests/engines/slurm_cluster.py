@@ -50,9 +50,10 @@ def unavailable() -> str | None:
                               "Slurm (slurmctld, slurmd and the client commands)"))
 
 
-def _free_port(host: str) -> int:
+def _free_port() -> int:
+    """A port free on every address (slurmctld listens on all of them)."""
     with socket.socket() as s:
-        s.bind((host, 0))
+        s.bind(("", 0))
         return s.getsockname()[1]
 
 
@@ -204,7 +205,7 @@ class SlurmCluster:
         for node in self.nodes:     # slurmd makes no spool folder of its own
             (f / "spool" / node).mkdir(exist_ok=True)
         gateway = self.netns.gateway
-        port = _free_port(gateway)
+        port = _free_port()
         lines = [
             "ClusterName=cddlmtest",
             # the controller's name must be this machine's (slurmctld checks), its address the bridge's
