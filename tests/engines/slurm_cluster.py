@@ -23,7 +23,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -282,23 +281,9 @@ def main() -> int:
         return 1
     print("Slurm nodes: %s (slurmctld on %s)\nSLURM_CONF=%s\nfolder: %s" % (
         ", ".join(cluster.nodes), cluster.netns.gateway, cluster.conf, folder), file=sys.stderr)
-    portal = subprocess.Popen([sys.executable, "-m", "cddlm.cli", "portal", "serve", "--port",
-                               str(args.port), "--state-dir", str(folder / "portal"),
-                               "--datacenter", "slurm:", *rest], env=cluster.env)
-
-    def interrupted(*_):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGINT, interrupted)       # (a background job inherits it ignored)
-    signal.signal(signal.SIGTERM, interrupted)
-    try:
-        portal.wait()
-    except KeyboardInterrupt:
-        portal.send_signal(signal.SIGINT)
-        portal.wait(30)
-    finally:
-        cluster.close()
-    return 0
-
+    from tests.engines.tour import serve
+    return serve(["--port", str(args.port), "--state-dir", str(folder / "portal"),
+                  "--datacenter", "slurm:", *rest], cluster.close, env=cluster.env)
 
 if __name__ == "__main__":
     sys.exit(main())
