@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: serve test soak install clean cluster docs ssh-cluster
+.PHONY: serve test soak install clean cluster docs ssh-cluster slurm-cluster
 
 install: $(STAMP)
 
@@ -35,6 +35,11 @@ cluster: install
 # 127.0.0.1:8080 ($FRONT_PORT) deploying onto them over SSH (docs/engines.md; needs root)
 ssh-cluster: install
 	$(BIN)/python -m tests.engines.sshd $(ARGS)
+
+# a Slurm cluster (slurmctld here, a slurmd per network namespace) and a portal on 127.0.0.1:8080
+# ($FRONT_PORT) with --datacenter slurm: deploying onto it as batch jobs (docs/engines.md; root)
+slurm-cluster: install
+	$(BIN)/python -m tests.engines.slurm_cluster $(ARGS)
 
 # the reference in docs/, as a site in site/ (a warning, such as a broken link, fails it)
 docs: install

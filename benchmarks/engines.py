@@ -8,7 +8,8 @@ Each engine is a cluster made on this machine (``ENGINES``: a context manager th
 portal's URL and a way to kill one host's engine): ``ssh``, an sshd per network namespace and a
 portal whose datacenter names them ``ssh://...`` (tests/engines/sshd.py); ``hostportal``, host
 portals (tests/multihost/cluster.py); ``local``, one portal whose hosts are local directories
-(the floor). Another engine plugs in as one more entry (``slurm``).
+(the floor); ``slurm``, a Slurm cluster (slurmctld here, a slurmd per network namespace:
+tests/engines/slurm_cluster.py) and a portal whose datacenter names its nodes ``slurm:NODE``.
 
 On each: after a warm-up application of one component per host (the portal's first placement
 and first connections behind it), ``--components`` ``sleep`` components, each demanding one
@@ -16,7 +17,9 @@ slot (a host has room for 1.5x its share), with a hard host anti-collocation of 
 per host and a rack collocation of 90 (``benchmarks/multihost.py``'s application); create ->
 running and terminate -> terminated are timed. Then, where the engine has hosts to lose, an application with one
 component per host runs, one host's engine is killed (``sshd``: the listener and its sessions),
-and the time until the application fails naming that host is measured against the lease.
+and the time until the application fails naming that host is measured against the lease
+(Slurm: the killed ``slurmd``'s node is ``NOT_RESPONDING`` after ``SlurmdTimeout``, here the
+lease, and the limit is twice that).
 """
 
 from __future__ import annotations
@@ -98,7 +101,36 @@ def local_engine(folder: Path, args, slots: int) -> Iterator[Cluster]:
         lp.stop()
 
 
-ENGINES = {"ssh": ssh_engine, "hostportal": hostportal_engine, "local": local_engine}
+@contextlib.contextmanager
+def slurm_engine(folder: Path, args, slots: int) -> Iterator[Cluster]:
+    from tests.engines.slurm_cluster import SlurmCluster
+    folder.mkdir(parents=True, exist_ok=True)
+    # each job takes one CPU: a node declares room for every component the solver may give it
+    with SlurmCluster(folder / "cluster", nodes=args.hosts, switches=2, cpus=slots + 8,
+                      slurmd_timeout=max(5, int(args.lease))) as cluster:
+        # the same datacenter as the other engines' (slots, two racks), its hosts Slurm nodes
+        datacenter = local_datacenter(folder, args.hosts, slots)
+        data = json.loads(datacenter.read_text())
+        for rack in data["location"][0]["children"]:
+            for host in rack["children"]:
+                host["agent"] = "slurm:%s" % cluster.nodes[int(host["name"][1:]) - 1]
+        datacenter.write_text(json.dumps(data))
+        os.environ["SLURM_CONF"] = str(cluster.conf)       # the portal's, as a submit host's
+        lp = _portal(folder / "slurm", datacenter, args)
+
+        def kill() -> str:
+            cluster.kill_slurmd(cluster.nodes[-1])
+            return "h%d" % args.hosts
+        try:
+            yield Cluster("a %d-node Slurm cluster in network namespaces" % args.hosts, lp.url,
+                          kill, 2 * cluster.slurmd_timeout)
+        finally:
+            lp.stop()
+            os.environ.pop("SLURM_CONF", None)
+
+
+ENGINES = {"ssh": ssh_engine, "slurm": slurm_engine, "hostportal": hostportal_engine,
+           "local": local_engine}
 
 
 def host_loss(cluster: Cluster, hosts: int) -> float:

@@ -25,7 +25,9 @@ from cddlm import httpserver, metrics
 from cddlm.application import census, fencing
 from cddlm.application.enactment import logs
 from cddlm.application.enactment.engine import Engine
+from cddlm.application.enactment import slurm
 from cddlm.application.enactment.remote import Agents, DelegateRunner, RemoteRunner
+from cddlm.application.enactment.slurmctl import Slurm, SlurmUnavailable
 from cddlm.application.enactment.ssh import SshRunner
 from cddlm.application.enactment.sshlink import Loop as SshLoop
 from cddlm.application.loader import Loader
@@ -38,7 +40,7 @@ from cddlm.application.tenancy import Accounts
 from cddlm.application.users import Directory
 from cddlm.application.views import Views
 from cddlm.config import Settings
-from cddlm.errors import ConfigurationError, StoreUnavailable
+from cddlm.errors import BadArgument, ConfigurationError, StoreUnavailable
 from cddlm.notify.delivery import Delivery
 from cddlm.notify.messages import portal_address
 from cddlm.notify.subscriptions import Subscriptions
@@ -67,6 +69,14 @@ logging.getLogger("asyncssh").setLevel(logging.WARNING)    # (it logs every SSH 
 def load_hosts(settings: Settings) -> Hosts:
     if not settings.datacenter_file:
         return Hosts.default()
+    if settings.datacenter_file.startswith("slurm:") and settings.datacenter_file != "slurm:":
+        raise ConfigurationError("--datacenter %s: write slurm: alone for the cluster this machine "
+                                 "submits to (SLURM_CONF chooses it)" % settings.datacenter_file)
+    if settings.datacenter_file == "slurm:":     # the Slurm cluster this machine submits to
+        try:
+            return Hosts.from_datacenter(slurm.cluster_datacenter(settings))
+        except (SlurmUnavailable, BadArgument) as e:
+            raise ConfigurationError("--datacenter slurm: cannot read the cluster: %s" % e) from None
     from cddlm.application.descriptors import load_data_file
     return Hosts.from_datacenter(load_data_file(settings.datacenter_file))
 
@@ -247,11 +257,6 @@ class Portal:
         for warning in self.warnings:
             log.warning(warning)
         sec = settings.security
-        # the datacenter, and how this portal calls other portals (cddlm/agents.py: the
-        # credentials and limits of every such call), both refused here when unsafe
-        self.hosts = load_hosts(settings)
-        self.clients = clients = agent_clients.AgentClients(settings)
-        clients.check(self.hosts.hosts.values())
         self.users = Directory(sec.users_file, sec.credential_cache) if sec.users_file else None
         # components running as other accounts pass through the state directory (o+x)
         self.state = StateDir(settings.state_dir, traversable=bool(sec.run_as))
@@ -259,6 +264,11 @@ class Portal:
             if sec.run_as:
                 _check_reachable(settings.hosts_root)
             self._open_store(settings)
+            self.hosts = load_hosts(settings)
+            # how this portal calls other portals (cddlm/agents.py: the credentials and limits
+            # of every such call), refused here when unsafe
+            self.clients = clients = agent_clients.AgentClients(settings)
+            clients.check(self.hosts.hosts.values())
         except BaseException:
             self.state.release()
             raise
@@ -267,9 +277,19 @@ class Portal:
         # hosts whose agent is another portal: a remote runner each, and a monitor of them all;
         # delegate components: a runner per portal they name
         callback = lambda: settings.agent_callback_url or self.url  # noqa: E731
-        remote = lambda h: self._ssh_runner(h) if h.agent.startswith("ssh://") else \
-            RemoteRunner(h, self.store, settings, clients.host, clock, callback)  # noqa: E731
+        # hosts whose agent is a Slurm node: one client of the cluster, and one runner for
+        # the whole cluster (the engine gives it all the nodes' shares of a batch at once)
+        self.slurm = Slurm(settings.slurm_timeout, ttl=min(0.5, settings.liveness_interval / 2))
+        self.slurm_runner = slurm.SlurmRunner(self.slurm, os.path.join(settings.hosts_root,
+                                                                       slurm.AGENT), settings)
         self.ssh_loop: SshLoop | None = None     # the SSH hosts' connections, made on first use
+
+        def remote(h):
+            if h.agent.startswith("ssh://"):
+                return self._ssh_runner(h)
+            if slurm.is_slurm_agent(h.agent):
+                return self.slurm_runner.add(h)
+            return RemoteRunner(h, self.store, settings, clients.host, clock, callback)
         read = Loader.for_portal(settings)     # a delegate's descriptor file, as initialize reads one
         delegate = lambda url: DelegateRunner(url, self.store, settings, clients.delegate,  # noqa: E731
                                               read, clock, callback)
@@ -284,6 +304,8 @@ class Portal:
         watched = {n: r for n, r in self.engine.runners.items() if isinstance(r, SshRunner)}
         watched.update(remotes)
         self.agents = Agents(self.store, settings, watched, clock) if watched else None
+        nodes = self.slurm_runner.nodes
+        self.slurm_nodes = slurm.SlurmNodes(self.store, self.slurm, nodes, clock) if nodes else None
         self.engine.accounts = Accounts(sec.run_as, self.users.account if self.users else lambda _: None)
         self.service = Service(self.store, settings, self.hosts, clock=clock, engine=self.engine)
         # users' XPath is evaluated in helper processes with a budget: queries in one pool,
@@ -403,6 +425,10 @@ class Portal:
             self.scheduler.add_job(self.engine.check_all, "interval", kwargs={"hosts": ssh},
                                    seconds=self.settings.ssh_liveness, id="ssh-liveness",
                                    max_instances=1, coalesce=True)
+        if self.slurm_nodes is not None:
+            self.scheduler.add_job(self.check_slurm_nodes, "interval",
+                                   seconds=self.settings.liveness_interval, id="slurm-nodes",
+                                   max_instances=1, coalesce=True)
         self.scheduler.add_job(self.service.expire, "interval", seconds=1.0, id="termination-time",
                                max_instances=1, coalesce=True)
         self.scheduler.add_job(self.authenticator.prune, "interval", seconds=60.0, id="nonces",
@@ -426,10 +452,18 @@ class Portal:
 
     def check_agents(self) -> None:
         """One round of the host monitor; a host just marked down fails its components now."""
+        self._hosts_round(self.agents.check, "host monitor")
+
+    def check_slurm_nodes(self) -> None:
+        """One round of the Slurm node monitor; a host just marked down fails its components
+        now (and their jobs are cancelled)."""
+        self._hosts_round(self.slurm_nodes.check, "Slurm node monitor")
+
+    def _hosts_round(self, check: Callable[[], tuple[list[str], list[str]]], name: str) -> None:
         try:
-            went_down, came_up = self.agents.check()
+            went_down, came_up = check()
         except StoreUnavailable as e:
-            log.warning("host monitor skipped: %s", e)
+            log.warning("%s skipped: %s", name, e)
             return
         for host in went_down + came_up:
             self.engine.check_all(host)

@@ -128,6 +128,10 @@ class Settings:
     parallel_hosts: int = 16                 # other machines (SSH hosts) one batch enacts at once
     ssh_liveness: float = 0.5                # seconds between liveness passes over SSH hosts (one command each)
     fence_seconds: float | None = None       # host side: terminate delegated parts not renewed
+    # hosts whose agent is a Slurm node (application/enactment/slurm.py, docs/engines.md)
+    slurm_timeout: float = 10.0              # seconds one Slurm command (sbatch, squeue ...) may take
+    slurm_pending_timeout: float = 300.0     # seconds a component's job may wait in the queue
+    slurm_submits: int = 4                   # sbatch commands a batch of starts runs at once
     # descriptors: where references and imports may be read from (application/loader.py)
     import_path: tuple[str, ...] = ()        # folders searched for classpath:/ imports (also readable)
     allowed_descriptor_dirs: tuple[str, ...] = ()   # file: references and imports only below these

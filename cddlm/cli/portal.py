@@ -156,6 +156,9 @@ def cmd_portal_serve(args: argparse.Namespace) -> int:
                                 ssh_liveness=args.ssh_liveness,
                                 agent_callback_url=args.agent_callback,
                                 fence_seconds=args.fence_seconds,
+                                slurm_timeout=args.slurm_timeout,
+                                slurm_pending_timeout=args.slurm_pending_timeout,
+                                slurm_submits=args.slurm_submits,
                                 ready_front_seconds=args.ready_front_seconds,
                                 metrics_consumer_hosts=args.metrics_consumer_hosts)
     if args.consumer_network:
@@ -277,7 +280,9 @@ def register(sub) -> None:
                     help="database URL (default: SQLite under the state dir; postgresql://... to share)")
     sv.add_argument("--state-dir", default="./cddlm-state", metavar="DIR",
                     help="where the portal keeps its database, logs and component directories")
-    sv.add_argument("--datacenter", metavar="FILE", help="datacenter file (YAML/JSON) of hosts")
+    sv.add_argument("--datacenter", metavar="FILE",
+                    help="datacenter file (YAML/JSON) of hosts, or slurm: for the Slurm cluster "
+                         "this machine submits to (docs/engines.md)")
     sv.add_argument("--public-url", metavar="URL", help="base URL to put in EPRs (behind a proxy)")
     sv.add_argument("--agent", action="store_true",
                     help="serve as a host portal that front portals delegate to (lean: one local "
@@ -321,6 +326,14 @@ def register(sub) -> None:
                          "(default 0.5; at most --liveness-interval)")
     sv.add_argument("--parallel-hosts", type=int, default=16, metavar="N",
                     help="other machines (SSH hosts) one batch of work enacts at once (default 16)")
+    sv.add_argument("--slurm-timeout", type=float, default=10.0, metavar="S",
+                    help="seconds one Slurm command (sbatch, squeue, scancel ...) may take "
+                         "(default 10)")
+    sv.add_argument("--slurm-pending-timeout", type=float, default=300.0, metavar="S",
+                    help="a component's Slurm job still queued after S seconds fails its start "
+                         "(default 300)")
+    sv.add_argument("--slurm-submits", type=int, default=4, metavar="N",
+                    help="sbatch commands one batch of starts runs at once (default 4)")
     sv.add_argument("--import-path", action="append", metavar="DIR",
                     help="folder searched for classpath:/ descriptor imports (repeatable)")
     sv.add_argument("--consumer-network", action="append", metavar="CIDR",

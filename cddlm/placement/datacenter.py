@@ -187,7 +187,8 @@ def _load_node(raw, parent: int | None, where: str, resources, levels, nodes, by
             capacity[dim] = number(amount, "%s: capacity %s" % (where, dim))
         agent = raw.get("agent")
         if agent is not None and (not isinstance(agent, str) or not agent):
-            raise BadArgument("%s: agent must be 'local', a portal URL or ssh://USER@ADDRESS[:PORT]" % where)
+            raise BadArgument("%s: agent must be 'local', a portal URL, ssh://USER@ADDRESS[:PORT] or "
+                              "slurm:NODE" % where)
         node = Node(len(nodes), name, level, parent, capacity,
                     frozenset(string_list(raw.get("traits", []), where + ": traits")), agent)
         nodes.append(node)

@@ -242,23 +242,10 @@ def main() -> int:
     print("SSH hosts: %s" % ", ".join("%s %s" % (hosts.name(i), hosts.agent(i)) for i in range(args.hosts)),
           file=sys.stderr)
     print("datacenter: %s\ncredentials: %s" % (hosts.datacenter, hosts.credentials), file=sys.stderr)
-    portal = subprocess.Popen([sys.executable, "-m", "cddlm.cli", "portal", "serve", "--port",
-                               str(args.port), "--state-dir", str(state), "--datacenter",
-                               str(hosts.datacenter), "--agent-credentials", str(hosts.credentials),
-                               *rest])
-    def interrupted(*_):
-        raise KeyboardInterrupt
-    signal.signal(signal.SIGINT, interrupted)       # (a background job inherits it ignored)
-    signal.signal(signal.SIGTERM, interrupted)
-    try:
-        portal.wait()
-    except KeyboardInterrupt:
-        portal.send_signal(signal.SIGINT)
-        portal.wait(30)
-    finally:
-        hosts.close()
-    return 0
-
+    from tests.engines.tour import serve
+    return serve(["--port", str(args.port), "--state-dir", str(state), "--datacenter",
+                  str(hosts.datacenter), "--agent-credentials", str(hosts.credentials), *rest],
+                 hosts.close)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -251,7 +251,7 @@ class Engine:
         hv = self.values(app, rows, comp)
         attrs = hv.attributes(node, lenient) if node is not None else {}
         return Target(app.id, comp.path, comp.type, attrs, comp.host or "", values=hv.property,
-                      user=self.accounts(app.owner))
+                      user=self.accounts(app.owner), generation=app.generation)
 
     # -- the work loop ------------------------------------------------------------------------
     def _work_loop(self) -> None:
@@ -844,7 +844,9 @@ class Engine:
     def remove_app_files(self, app_id: str) -> None:
         with self._trees_lock:
             self._trees.forget(app_id)
-        for runner in list(self.runners.values()) + list(self.delegates.values()):
+        # each runner once (one may serve several hosts: a Slurm cluster's)
+        for runner in {id(r): r for r in list(self.runners.values())
+                       + list(self.delegates.values())}.values():
             runner.remove_app(app_id)
 
 

@@ -64,6 +64,7 @@ class Target:
     host: str
     values: Callable[[str], Any] = lambda name: None   # property lookup for ${name} substitution
     user: str | None = None                            # the OS account it runs as (None: ours)
+    generation: int = 0                                # its application's generation
 
 
 @dataclass

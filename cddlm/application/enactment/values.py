@@ -12,7 +12,7 @@ from cddlm.errors import ResolutionError
 from cddlm.lang.model import Component as Node, Deployment, Lazy
 
 # the runtime values ``resolve`` adds to a component's attributes
-RESOLVED_RUNTIME = ("pid", "host", "workdir", "port", "state", "exit_code", "location")
+RESOLVED_RUNTIME = ("pid", "host", "workdir", "port", "state", "exit_code", "location", "job", "node")
 # every runtime value a reference may name (besides what a runner records in ``runtime``)
 RUNTIME_NAMES = RESOLVED_RUNTIME + ("ports", "exit_signal", "restarts")
 

@@ -1,0 +1,218 @@
+"""The Slurm commands the portal uses, each bounded by a deadline: ``sbatch`` (submit),
+``squeue --json`` (every job, one call per sweep shared by all of a portal's Slurm hosts),
+``sinfo --json`` (the nodes), ``scancel`` and ``scontrol show topology``.
+
+The portal's machine must be a submit host: the commands on ``PATH`` (or in the folder
+``SLURM_BIN`` names),
+``SLURM_CONF`` honoured, munge running. Nothing is installed on the nodes. (pyslurm and
+slurmrestd were tried and do not work with Debian's Slurm 22.05: ../shared/notes/engines.md.)
+
+A command that cannot be run, times out or fails is ``SlurmUnavailable`` with what it said;
+answers that are not the JSON expected are too. A snapshot of the jobs is shared (``jobs``); a
+job newer than the snapshot has a higher id than every job in it, so its absence means nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from cddlm.errors import CddlmError
+from cddlm.placement import slurm as topology
+
+MAX_OUTPUT = 64 * 1024 * 1024   # bytes of one command's answer (squeue over many jobs is large)
+# job states in which a job holds (or will hold) its node: a look before a submit finds these
+LIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING",
+                  "SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
+
+
+# what scancel says of a job that ended meanwhile: nothing to do, no failure
+ENDED_ALREADY = re.compile(r"already completing or completed|Invalid job id specified|"
+                           r"Job has already finished")
+
+
+class SlurmUnavailable(CddlmError):
+    """A Slurm command could not be run, did not answer in time, or failed."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job as ``squeue --json`` shows it."""
+    id: int
+    name: str
+    comment: str
+    state: str              # RUNNING, PENDING, COMPLETED, FAILED, CANCELLED, NODE_FAIL, ...
+    reason: str             # Slurm's state reason (Resources, NonZeroExitCode, ...)
+    node: str               # its node (batch host), "" while pending
+    user_id: int
+    exit_status: int        # a wait status: code << 8, or the signal's number
+    submitted: int          # submit time (seconds): with the id, the job's identity
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE
+
+    @classmethod
+    def of(cls, raw: dict) -> "Job":
+        state = raw.get("job_state") or ""
+        return cls(int(raw["job_id"]), str(raw.get("name") or ""), str(raw.get("comment") or ""),
+                   str(state[0] if isinstance(state, list) and state else state),
+                   str(raw.get("state_reason") or ""),
+                   str(raw.get("batch_host") or raw.get("nodes") or ""),
+                   int(raw.get("user_id") if raw.get("user_id") is not None else -1),
+                   _number(raw.get("exit_code")), _number(raw.get("submit_time")))
+
+
+def _number(value: Any) -> int:
+    """A number of Slurm's JSON (22.05 gives plain numbers, later versions objects)."""
+    if isinstance(value, dict):
+        value = value.get("number", value.get("return_code", 0))
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+class Slurm:
+    """A portal's client of one Slurm cluster (shared by all its Slurm hosts)."""
+
+    def __init__(self, timeout: float = 10.0, ttl: float = 1.0, env: dict | None = None):
+        self.timeout = timeout
+        self.ttl = ttl
+        self.env = env
+        self._lock = threading.Lock()
+        self._fetching = threading.Lock()       # one squeue at a time; the others share it
+        self._took = 0.0                        # seconds the last squeue (and its JSON) took
+        self._jobs: tuple[float, dict[int, Job], int] | None = None   # (when, by id, highest id)
+        self._nodes: tuple[float, dict[str, dict]] | None = None
+
+    # -- running commands -----------------------------------------------------------------------
+    def _command(self, name: str) -> str:
+        folder = os.environ.get("SLURM_BIN")
+        found = shutil.which(name, path=folder) if folder else shutil.which(name)
+        if not found:
+            raise SlurmUnavailable("the Slurm command %s is not on PATH: the portal's machine must "
+                                   "be a Slurm submit host" % name)
+        return found
+
+    def run(self, argv: list[str], stdin: str | None = None, env: dict | None = None,
+            benign: re.Pattern | None = None) -> str:
+        name = argv[0]
+        try:
+            done = subprocess.run([self._command(name)] + argv[1:], input=stdin, env=env or self.env,
+                                  capture_output=True, text=True, timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            raise SlurmUnavailable("%s gave no answer in %g s" % (name, self.timeout)) from None
+        except OSError as e:
+            raise SlurmUnavailable("cannot run %s: %s" % (name, e.strerror or e)) from None
+        if done.returncode != 0 and benign is not None and done.stderr.strip() and all(
+                benign.search(line) for line in done.stderr.splitlines() if line.strip()):
+            return done.stdout      # only complaints that change nothing
+        if done.returncode != 0:
+            said = " ".join((done.stderr or done.stdout or "").split())[:500]
+            raise SlurmUnavailable("%s failed (status %d): %s" % (name, done.returncode,
+                                                                  said or "no message"))
+        if len(done.stdout) > MAX_OUTPUT:
+            raise SlurmUnavailable("%s answered more than %d bytes" % (name, MAX_OUTPUT))
+        return done.stdout
+
+    def _json(self, argv: list[str], key: str) -> list:
+        text = self.run(argv)
+        try:
+            data = json.loads(text)
+            items = data[key]
+            if not isinstance(items, list):
+                raise TypeError(key)
+        except (ValueError, KeyError, TypeError):
+            raise SlurmUnavailable("%s did not answer JSON with %s: %r" % (argv[0], key, text[:200])) from None
+        return items
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def jobs(self, since: float | None = None) -> tuple[dict[int, Job], int]:
+        """Every job Slurm knows and the highest job id among them (a job with a higher id may
+        be newer than the snapshot). One ``squeue --json`` serves every caller: for ``ttl``
+        seconds, and at least three times as long as it took (1,000 jobs are 3.5 MB of JSON:
+        a busy controller is not asked over and over), or, given ``since`` (a
+        ``time.monotonic()``), any snapshot begun after then; callers that come while one is
+        being read wait for it."""
+        with self._fetching:
+            with self._lock:
+                if self._jobs is not None:
+                    begun, jobs, top = self._jobs
+                    if (begun >= since) if since is not None else \
+                            time.monotonic() - begun < max(self.ttl, 3 * self._took):
+                        return jobs, top
+            begun = time.monotonic()
+            raw = self._json(["squeue", "--json"], "jobs")
+            try:
+                jobs = {j.id: j for j in map(Job.of, raw)}
+            except (KeyError, TypeError, ValueError) as e:
+                raise SlurmUnavailable("squeue --json: a job without %s" % e) from None
+            top = max(jobs, default=0)
+            with self._lock:
+                self._jobs, self._took = (begun, jobs, top), time.monotonic() - begun
+            return jobs, top
+
+    def submit(self, script: str, options: list[str], env: dict[str, str]) -> int:
+        """``sbatch --parsable OPTIONS`` with ``script`` on its standard input: the job id.
+        The job's environment is ``env`` (and the ``SLURM_*``/``SBATCH_*`` settings of the
+        portal's own): sbatch runs with exactly that and exports all of it. (``--export=NONE``
+        or a list would have slurmd load the account's login environment with ``su -``, which
+        costs a login shell per job, and hangs where a login does.)"""
+        environment = {k: v for k, v in (self.env or os.environ).items()
+                       if k.startswith(("SLURM_", "SBATCH_"))}
+        environment.update(env)
+        out = self.run(["sbatch", "--parsable", "--export=ALL"] + options, stdin=script,
+                       env=environment)
+        first = out.strip().split(";", 1)[0]
+        if not first.isdigit():
+            raise SlurmUnavailable("sbatch answered %r, not a job id" % out[:200])
+        return int(first)
+
+    def cancel(self, ids: list[int], signal: str | None = None) -> None:
+        """``scancel`` the jobs; with ``signal``, only send it to each job's batch step."""
+        if not ids:
+            return
+        argv = ["scancel"] + (["--signal=" + signal, "--batch"] if signal else [])
+        self.run(argv + [str(i) for i in sorted(set(ids))], benign=ENDED_ALREADY)
+
+    # -- nodes ----------------------------------------------------------------------------------
+    def nodes(self, fresh: bool = False) -> dict[str, dict]:
+        """Every node as ``sinfo --json`` lists it, by name (shared for ``ttl`` seconds)."""
+        with self._lock:
+            if not fresh and self._nodes is not None and time.monotonic() - self._nodes[0] < self.ttl:
+                return self._nodes[1]
+        nodes = {str(n.get("name")): n for n in self._json(["sinfo", "--json"], "nodes")
+                 if isinstance(n, dict)}
+        with self._lock:
+            self._nodes = (time.monotonic(), nodes)
+        return nodes
+
+    def down(self) -> dict[str, str]:
+        """The nodes that cannot run jobs now, with why."""
+        out = {}
+        for name, node in self.nodes().items():
+            why = topology.node_down(node)
+            if why:
+                out[name] = why
+        return out
+
+    def datacenter(self) -> tuple[dict, dict[str, str]]:
+        """The cluster as a datacenter (``--datacenter slurm:``) and the nodes down now."""
+        switches = topology.parse_topology(self.run(["scontrol", "show", "topology"]))
+        nodes = list(self.nodes(fresh=True).values())
+        return topology.datacenter(nodes, switches, self._cluster_name()), self.down()
+
+    def _cluster_name(self) -> str:
+        for line in self.run(["scontrol", "show", "config"]).splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "ClusterName" and value.strip():
+                return value.strip()
+        return "slurm"

@@ -1,0 +1,361 @@
+"""A portal on a real Slurm cluster (tests/engines/slurm_cluster.py: slurmctld in the root
+namespace, one slurmd per network namespace): ``--datacenter slurm:`` and each semantic the
+issue asks of an engine, against the real daemons.
+
+The portal runs Slurm's commands through counting wrappers (``SLURM_BIN``), so the tests can say
+how often it submitted and looked. One cluster and one portal serve the whole module."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+import pytest
+
+from cddlm import ns
+from cddlm.application.enactment.local import Target
+from cddlm.application.enactment.slurm import SlurmRunner, job_comment, job_name
+from cddlm.application.enactment.slurmctl import Slurm
+from cddlm.application.hosts import Host
+from cddlm.client import Portal
+from cddlm.config import Settings
+from tests.conftest import LivePortal
+from tests.engines.slurm_cluster import SlurmCluster
+from tests.netns import wait_until
+
+COMMANDS = ("sbatch", "squeue", "scancel", "sinfo", "scontrol")
+LIVENESS = 0.5
+
+
+@dataclass
+class Front:
+    """The module's portal (restarted by the re-adoption test) and its client."""
+    lp: LivePortal
+    folder: Path
+
+    @property
+    def portal(self) -> Portal:
+        return Portal(self.lp.url, failover=False)
+
+    def calls(self, command: str) -> int:
+        path = self.folder / "calls" / command
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+@pytest.fixture(scope="module")
+def slurm(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("slurm")
+    with SlurmCluster(folder, nodes=3, features={"n1": ["db"]}, switches=2,
+                      slurmd_timeout=6, kill_wait=2) as cluster:
+        before = os.environ.get("SLURM_CONF")
+        os.environ["SLURM_CONF"] = str(cluster.conf)
+        try:
+            yield cluster
+        finally:
+            if before is None:
+                os.environ.pop("SLURM_CONF", None)
+            else:
+                os.environ["SLURM_CONF"] = before
+
+
+@pytest.fixture(scope="module")
+def front(slurm, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("front")
+    wrappers, calls = folder / "bin", folder / "calls"
+    wrappers.mkdir()
+    calls.mkdir()
+    for name in COMMANDS:     # each call of the portal's leaves a line
+        real = slurm.run("sh", "-c", "command -v %s" % name).stdout.strip()
+        (wrappers / name).write_text('#!/bin/sh\necho x >> %s\nexec %s "$@"\n' % (calls / name, real))
+        os.chmod(wrappers / name, 0o755)
+    os.environ["SLURM_BIN"] = str(wrappers)
+    holder = Front(start_portal(folder), folder)
+    try:
+        yield holder
+    finally:
+        os.environ.pop("SLURM_BIN", None)
+        holder.lp.stop()
+
+
+def start_portal(folder: Path) -> LivePortal:
+    state = folder / "state"
+    state.mkdir(exist_ok=True)
+    return LivePortal(state, extra=["--datacenter", "slurm:", "--liveness-interval", str(LIVENESS),
+                                    "--heartbeat", "1", "--lease-seconds", "5"]).start(60)
+
+
+def application(*components: str, extra: str = "") -> str:
+    return '<application xmlns="%s">%s%s</application>' % (ns.NATIVE, "".join(components), extra)
+
+
+def process(name: str, *argv: str, **attributes: str) -> str:
+    items = "".join("<item>%s</item>" % escape(a) for a in argv)
+    more = "".join('<attribute name="%s">%s</attribute>' % kv for kv in attributes.items())
+    return '<component name="%s" type="process"><attribute name="argv">%s</attribute>%s' \
+           '</component>' % (name, items, more)
+
+
+def deploy(front: Front, text: str, state: str = "running", timeout: float = 60):
+    app = front.portal.create()
+    app.initialize(ns.NATIVE, text=text)
+    app.run()
+    got = app.wait_for(state, "failed", timeout=timeout)
+    assert got == state, (got, app.ping(), app.components())
+    return app
+
+
+def jobs(slurm: SlurmCluster) -> dict[int, dict]:
+    raw = json.loads(slurm.run("squeue", "--json").stdout)["jobs"]
+    return {j["job_id"]: j for j in raw}
+
+
+def live_jobs(slurm: SlurmCluster, name: str) -> list[dict]:
+    return [j for j in jobs(slurm).values() if j["name"] == name
+            and j["job_state"] in ("PENDING", "CONFIGURING", "RUNNING")]
+
+
+def made(slurm: SlurmCluster, app) -> list[int]:
+    """Every job Slurm has of the application's components, whatever its state."""
+    names = {job_name(app.id, c["path"]) for c in app.components()}
+    return [i for i, j in jobs(slurm).items() if j["name"] in names]
+
+
+def processes_of(app_id: str) -> list[int]:
+    """Processes of this machine (every node shares its PID space) running a component of
+    the application."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                environ = open("/proc/%s/environ" % entry, "rb").read()
+            except OSError:
+                continue
+            if ("CDDLM_COMPONENT=%s " % app_id).encode() in environ:
+                found.append(int(entry))
+    return found
+
+
+def comps(app) -> dict[str, dict]:
+    return {c["path"]: c for c in app.components()}
+
+
+def finish(app, timeout: float = 60) -> None:
+    app.terminate()
+    assert app.wait_for("terminated", timeout=timeout) == "terminated"
+
+
+# -- the datacenter and placement ----------------------------------------------------------------
+def test_the_cluster_is_the_datacenter_and_slurm_runs_what_the_solver_placed_where_it_placed_it(slurm, front):
+    hosts = {h["name"]: h for h in front.portal.hosts()}
+    assert sorted(hosts) == ["n1", "n2", "n3"]
+    assert {h["agent"] for h in hosts.values()} == {"slurm:n1", "slurm:n2", "slurm:n3"}
+    assert hosts["n3"]["free"] == {"cpu": 64.0, "memory": 4000.0}
+    # the switches are levels: two components collocated under one leaf switch, on two hosts,
+    # can only go to n1 and n2 (s1); a "db" one only to n1 (the feature is a trait)
+    sleeper = ("sleep", "600")
+    text = application(process("a", *sleeper), process("b", *sleeper),
+                       process("db", *sleeper, traits="<item>db</item>"), extra=(
+        '<group name="pair"><member>a</member><member>b</member></group>'
+        '<policy type="collocation" level="switch0" group="pair" hard="true"/>'
+        '<policy type="anti-collocation" level="host" group="pair" hard="true"/>'))
+    app = deploy(front, text)
+    placed = comps(app)
+    assert {placed["a"]["host"], placed["b"]["host"]} == {"n1", "n2"}
+    assert placed["db"]["host"] == "n1"
+    now = jobs(slurm)
+    for path, c in placed.items():
+        job = now[c["pid"]]                       # the pid recorded is the job's id
+        assert job["job_state"] == "RUNNING"
+        assert job["batch_host"] == c["host"]     # sbatch -w: exactly where the solver said
+        assert job["name"] == job_name(app.id, path)
+        assert job["comment"] == job_comment(app.id, 1, path)
+    # liveness: one squeue per sweep for all jobs, not one per component
+    before, started = front.calls("squeue"), time.monotonic()
+    time.sleep(4)
+    sweeps = (time.monotonic() - started) / LIVENESS
+    assert front.calls("squeue") - before <= sweeps + 2, (front.calls("squeue") - before, sweeps)
+    finish(app)
+    assert not processes_of(app.id)
+    assert not [j for j in jobs(slurm).values() if j["name"].startswith("cddlm-")
+                and j["job_state"] == "RUNNING"]
+
+
+def test_a_start_repeated_after_a_crash_adopts_the_job_it_finds(slurm, tmp_path):
+    runner = SlurmRunner(Slurm(), str(tmp_path / "slurm"), Settings()).add(Host("n2", "slurm:n2"))
+    t = Target("urn:uuid:%s" % uuid.uuid4(), "w", "process", {"argv": ["sleep", "600"]}, "n2",
+               generation=1)
+    assert runner.deploy(t).event == "deployed"
+    first = runner.start(t, None, None, lambda: None)
+    assert first.event == "running" and first.pid, first
+    # the answer was lost (nothing recorded): the start again finds the job, submits none
+    again = runner.start(t, None, None, lambda: None)
+    assert (again.event, again.pid, again.pid_start) == ("running", first.pid, first.pid_start)
+    assert len(live_jobs(slurm, job_name(t.app_id, t.path))) == 1
+    # a stop without the recorded id finds it too
+    assert runner.stop(t, None, None, None).event == "stopped"
+    assert wait_until(lambda: not live_jobs(slurm, job_name(t.app_id, t.path)), 10)
+    assert runner.check(t, first.pid, first.pid_start).event == "failed"
+    Slurm().cancel([first.pid], "TERM")     # a job that ended meanwhile: nothing to do, no error
+    Slurm().cancel([first.pid])
+
+
+# -- readiness, logs, values ---------------------------------------------------------------------
+def test_readiness_logs_with_offsets_and_values(slurm, front):
+    text = application(
+        process("web", "python3", "-u", "-m", "http.server", "18555",
+                readiness='<item name="tcp">18555</item>'),
+        process("talk", "sh", "-c", "echo one; sleep 2; echo two; exec sleep 600",
+                readiness='<item name="log">one</item>'))
+    app = deploy(front, text)
+    c = comps(app)
+    host = c["web"]["host"]
+    assert app.resolve("web/pid") == str(c["web"]["pid"])
+    assert app.resolve("web/node") == host
+    assert app.resolve("web/port") == "18555"          # where its readiness found it
+    assert c["web"]["ports"] == [18555]
+    assert jobs(slurm)[c["web"]["pid"]]["batch_host"] == host
+    first = app.logs("talk")
+    assert first["lines"] == ["one"] and first["host"] == c["talk"]["host"]
+    assert wait_until(lambda: app.logs("talk", offset=first["offset"])["lines"] == ["two"], 10)
+    finish(app)
+
+
+def test_run_to_completion_exit_status_and_restart_policy(slurm, front):
+    done = deploy(front, application(process("once", "sh", "-c", "echo finished",
+                                             run_to_completion="true")), state="terminated")
+    assert done.ping()["stateInfo"] == "every component ran to completion"
+    assert (comps(done)["once"]["state"], comps(done)["once"]["exitCode"]) == ("completed", 0)
+    assert done.logs("once")["lines"] == ["finished"]
+    bad = deploy(front, application(process("bad", "sh", "-c", "sleep 1; echo oops >&2; exit 3")),
+                 state="failed")
+    c = comps(bad)["bad"]
+    assert c["exitCode"] == 3 and "exited with status 3" in c["info"] and c["host"] in c["info"]
+    assert "oops" in (bad.logs("bad", "stderr")["lines"])
+    finish(bad)
+    flaky = deploy(front, application(process(
+        "flaky", "sh", "-c", "echo run >> runs.txt; sleep 1; exit 1",
+        restart="on-failure", restart_limit="2")), state="failed")
+    c = comps(flaky)["flaky"]
+    assert c["restarts"] == 2
+    workdir = flaky.resolve("flaky/workdir")
+    assert Path(workdir, "runs.txt").read_text().split() == ["run"] * 3
+    finish(flaky)
+
+
+def test_a_sequence_keeps_its_order_across_nodes(slurm, front, tmp_path):
+    os.chmod(tmp_path, 0o755)
+    mark = tmp_path / "step1"
+    text = ('<application xmlns="%s"><component name="seq" type="sequence">%s%s</component>'
+            '</application>') % (ns.NATIVE,
+        process("step1", "sh", "-c", "sleep 1; echo done > %s" % mark, run_to_completion="true",
+                host="n1"),
+        process("step2", "sh", "-c", "cat %s > saw; exec sleep 600" % mark, host="n3"))
+    app = deploy(front, text)
+    c = comps(app)
+    assert (c["seq/step1"]["host"], c["seq/step2"]["host"]) == ("n1", "n3")
+    assert c["seq/step1"]["state"] == "completed"
+    saw = Path(app.resolve("seq/step2/workdir"), "saw")
+    assert wait_until(lambda: saw.exists() and saw.read_text() == "done\n", 5)
+    finish(app)
+
+
+# -- stop ---------------------------------------------------------------------------------------------
+def test_terminate_stops_each_job_with_its_signal_and_grace(slurm, front):
+    loop = "while :; do sleep 0.2; done"
+    text = application(
+        process("polite", "sh", "-c", "trap 'echo got TERM; exit 0' TERM; echo up; %s" % loop,
+                readiness='<item name="log">up</item>'),
+        process("usr", "sh", "-c", "trap 'echo got USR1; exit 0' USR1; echo up; %s" % loop,
+                stop_signal="USR1", readiness='<item name="log">up</item>'),
+        process("stubborn", "sh", "-c", "trap 'echo ignored TERM' TERM; echo up; %s" % loop,
+                grace="1", readiness='<item name="log">up</item>'))
+    app = deploy(front, text)
+    ids = {p: c["pid"] for p, c in comps(app).items()}
+    started = time.monotonic()
+    finish(app)
+    took = time.monotonic() - started
+    assert "got TERM" in app.logs("polite")["lines"]
+    assert "got USR1" in app.logs("usr")["lines"]
+    assert "ignored TERM" in app.logs("stubborn")["lines"]      # then cancelled after 1 s
+    assert took < 1 + 2 + 6, took                               # grace + KillWait + the looks
+    now = jobs(slurm)
+    assert [now[ids[p]]["job_state"] for p in ("polite", "usr")] == ["COMPLETED", "COMPLETED"]
+    assert now[ids["stubborn"]]["job_state"] in ("CANCELLED", "COMPLETING")
+    assert wait_until(lambda: not processes_of(app.id), 10)
+
+
+# -- the portal killed --------------------------------------------------------------------------------
+def test_a_portal_killed_and_restarted_adopts_every_job_and_submits_none_twice(slurm, front):
+    text = application(*[process("w%d" % i, "sleep", "600") for i in range(4)])
+    app = front.portal.create()
+    app.initialize(ns.NATIVE, text=text)
+    before = front.calls("sbatch")
+    app.run()
+    assert wait_until(lambda: front.calls("sbatch") > before, 20)
+    front.lp.stop(signal.SIGKILL)           # in the middle of its starts
+    front.lp = start_portal(front.folder)
+    app = front.portal.lookup(app.id)
+    assert app.wait_for("running", "failed", timeout=60) == "running", app.components()
+    for path, c in comps(app).items():
+        (job,) = live_jobs(slurm, job_name(app.id, path))       # one job each, never two
+        assert job["job_id"] == c["pid"]
+    assert len(made(slurm, app)) == 4         # (a sbatch cut short by the kill made none)
+    front.lp.stop(signal.SIGKILL)           # and once more while they run
+    front.lp = start_portal(front.folder)
+    app = front.portal.lookup(app.id)
+    assert app.state() == "running"
+    victim = comps(app)["w2"]["pid"]
+    slurm.run("scancel", str(victim))       # ended outside the portal: the new portal sees it
+    assert app.wait_for("failed", timeout=20) == "failed"
+    assert "job %d" % victim in comps(app)["w2"]["info"]
+    assert len(made(slurm, app)) == 4
+    finish(app)
+    assert wait_until(lambda: not processes_of(app.id), 10)
+
+
+# -- nodes failing -------------------------------------------------------------------------------------
+def test_a_node_set_down_fails_its_components_with_the_nodes_reason(slurm, front):
+    app = deploy(front, application(process("x", "sleep", "600", host="n3"),
+                                    process("y", "sleep", "600", host="n1")))
+    slurm.scontrol("update", "nodename=n3", "state=down", "reason=disk on fire")
+    try:
+        assert app.wait_for("failed", timeout=20) == "failed"
+        reason = app.ping()["terminationInfo"]["reason"]
+        assert "n3" in reason and "disk on fire" in reason, reason
+        assert {h["name"]: h["down"] for h in front.portal.hosts()}["n3"] is True
+    finally:
+        slurm.scontrol("update", "nodename=n3", "state=resume")
+    assert wait_until(lambda: not {h["name"]: h["down"] for h in front.portal.hosts()}["n3"], 20)
+    finish(app)
+    assert wait_until(lambda: not processes_of(app.id), 10)
+
+
+def test_a_partitioned_node_fails_its_components_and_a_terminate_completes_after_it_heals(slurm, front):
+    app = deploy(front, application(process("cut", "sleep", "600", host="n2")))
+    job = comps(app)["cut"]["pid"]
+    slurm.host("n2").partition()
+    healed = False
+    try:
+        # slurmd silent: NOT_RESPONDING after SlurmdTimeout (6 s), and the host is down
+        assert app.wait_for("failed", timeout=40) == "failed"
+        reason = app.ping()["terminationInfo"]["reason"]
+        assert "n2" in reason and "NOT_RESPONDING" in reason, reason
+        app.terminate()
+        assert app.wait_for("terminated", timeout=40) == "terminated"
+        assert processes_of(app.id), "the node's process runs on until Slurm reaches it"
+        slurm.host("n2").heal()
+        healed = True
+    finally:
+        if not healed:
+            slurm.host("n2").heal()
+    # healed: Slurm ends the job on the node; the host is up again
+    assert wait_until(lambda: not processes_of(app.id), 60), processes_of(app.id)
+    assert wait_until(lambda: jobs(slurm).get(job, {}).get("job_state") not in ("RUNNING",), 30)
+    assert wait_until(lambda: not {h["name"]: h["down"] for h in front.portal.hosts()}["n2"], 60)
+    slurm.wait_idle(["n2"], 60)
