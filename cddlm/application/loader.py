@@ -148,7 +148,7 @@ class Loader:
         if scheme == "" and os.path.isabs(location):
             return self._file(location, location)
         if scheme in ("http", "https"):
-            if not any(location.startswith(p) for p in self.allowed_urls):
+            if not any(netsafe.url_under(location, p) for p in self.allowed_urls):
                 raise _refused(location, "not under a URL prefix this portal allows (%s)"
                                % (", ".join(self.allowed_urls) or "none: see --allow-descriptor-url"))
             return self._fetch(location)

@@ -100,6 +100,18 @@ def test_the_loader_fetches_under_an_allowed_prefix_only():
         assert loader(url + "/lib/l.cdl") == b"<l/>"
         with pytest.raises(ResolutionError):
             loader(url + "/other/o.cdl")
+        # a prefix is a place, not the first characters of a string: neither another host
+        # whose name begins like the allowed one's, nor a sibling folder, nor a way up
+        loose = Loader(allowed_urls=("http://lib.example",), resolver=resolver("93.184.216.34"))
+        for elsewhere in ("http://lib.example.evil/l.cdl", "http://lib.examplex/l.cdl",
+                          "http://lib.example@evil/l.cdl"):
+            with pytest.raises(ResolutionError) as e:
+                loose(elsewhere)
+            assert "not under a URL prefix" in e.value.message, elsewhere
+        for sideways in (url + "/library/l.cdl", url + "/lib/../other/o.cdl"):
+            with pytest.raises(ResolutionError) as e:
+                loader(sideways)
+            assert "not under a URL prefix" in e.value.message, sideways
         with pytest.raises(ResolutionError) as e:         # a name resolving to loopback: refused
             Loader(allowed_urls=("http://lib.example/",), resolver=resolver("127.0.0.1"))(
                 "http://lib.example/l.cdl")
