@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import signal
 import threading
-from xml.sax.saxutils import escape
-
 import pytest
 from lxml import etree
 
@@ -18,23 +16,16 @@ from cddlm import ns
 from cddlm.client import Portal, PortalFault
 from tests.conftest import LivePortal
 from tests.foreign.test_foreign_portal import addressing, assert_addressed
+from tests.multihost.test_delegate_type import outer as delegating
 
 LANGUAGE = "urn:foreign:lang"
 BF, EXT = "{%s}" % ns.WSRF_BF, "{%s}" % ns.EXT
 
 
 def outer(url: str, words: str, version: str | None = "2.1") -> str:
-    v = '<attribute name="version">%s</attribute>' % version if version else ""
-    return """<application xmlns="urn:cddlm:lang:components:1">
-  <component name="here" type="process">
-    <attribute name="argv"><item>sleep</item><item>600</item></attribute>
-  </component>
-  <component name="there" type="delegate">
-    <attribute name="portal">%s</attribute>
-    <attribute name="language">%s</attribute>%s
-    <attribute name="descriptor">%s</attribute>
-  </component>
-</application>""" % (escape(url), LANGUAGE, v, escape("job: %s\nlines: 2\n" % words))
+    """The front's descriptor: a delegate handing a two-line descriptor in the foreign
+    portal's language (its text says how the foreign portal behaves)."""
+    return delegating(url, "job: %s\nlines: 2\n" % words, LANGUAGE, version)
 
 
 class Front:
