@@ -107,14 +107,27 @@ class Handlers:
         return rp.Properties(m.q("portalProperties"), {
             m.q("staticInfo"): lambda: [self.static_info(req.portal)],
             m.q("dynamicInfo"): lambda: [self.dynamic_info(req)],
-            m.q("applications"): lambda: [m.element("applications", *[
-                m.app_reference(v) for v in self.service.applications(req.portal,
-                                                                      principal=req.principal)])],
+            m.q("applications"): lambda: [self.applications(req)],
             **producer_properties(topics.CREATED),
             _q(RL, "CurrentTime"): rp.current_time,
             _q(RL, "TerminationTime"): lambda: [rp.termination_time(None)],
             _q(ns.EXT, "portals"): lambda: [self.portals(req.portal)],
         })
+
+    def applications(self, req: Request) -> etree._Element:
+        """``api:applications``: the newest ``Limits.max_listed_references`` references;
+        when older ones are left out, ``ext:truncated`` says so and names the operation that
+        lists them all (``ext:listApplications``)."""
+        views, cut = self.service.applications(req.portal, principal=req.principal)
+        out = m.element("applications", *[m.app_reference(v) for v in views])
+        if cut:
+            ext = "{%s}" % ns.EXT
+            mark = etree.SubElement(out, ext + "truncated", nsmap={"ext": ns.EXT})
+            mark.set("listed", str(len(views)))
+            mark.set("operation", "listApplications")
+            mark.text = ("the newest %d applications only; ext:listApplications pages "
+                         "through them all" % len(views))
+        return out
 
     def list_applications(self, req: Request) -> etree._Element:
         """``ext:listApplications``: a page of the applications the caller may see, in creation
