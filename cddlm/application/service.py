@@ -311,6 +311,8 @@ class Service:
         understood = opts.check(options, "initialize")
         now = self.clock()
         props: dict[str, str] = {}
+        if opts.PROPERTIES in understood:   # beside (not instead of) the request's own element
+            properties = list(properties) + opts.property_pairs(understood[opts.PROPERTIES])
         if len(properties) > self.settings.limits.max_properties:
             raise BadArgument("more than %d properties" % self.settings.limits.max_properties)
         for pname, value in properties:
