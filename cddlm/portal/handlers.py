@@ -85,8 +85,10 @@ class Handlers:
         app, view = self.service.create(name.strip() if name else None, m.text(b, "hostname"),
                                         m.options(m.child(b, "options")), req.portal,
                                         principal=req.principal)
+        # systemReference: the same EPR under the 2005/02 wire format's name (its schema
+        # fragment answers ResourceId + systemReference), for clients written to it
         return m.element("createResponse", m.element("ResourceId", value=app.id),
-                         m.app_reference(view))
+                         m.app_reference(view), m.app_reference(view, m.q("systemReference")))
 
     def lookup(self, req: Request) -> etree._Element:
         rid, name = m.text(req.body, "ResourceId"), m.text(req.body, "name")

@@ -23,8 +23,12 @@ from cddlm.xpathsafe import XPathPool
 from cddlm.xsdtypes import format_datetime
 
 RP = "{%s}" % ns.WSRF_RP
+RP_DRAFT = "{%s}" % ns.WSRF_RP_DRAFT
+GET_ONE = (RP + "GetResourceProperty", RP_DRAFT + "GetResourceProperty")
 RL = "{%s}" % ns.WSRF_RL
 RPW = "http://docs.oasis-open.org/wsrf/rpw-2/"
+# the draft's WSDL (WS-Addressing's default action: its namespace/portType/output)
+RPW_DRAFT = "http://docs.oasis-open.org/wsrf/2004/06/wsrf-WS-ResourceProperties-1.2-draft-01.wsdl/"
 Builder = Callable[[], list[etree._Element]]
 
 
@@ -65,7 +69,7 @@ def resolve_qname(el: etree._Element, value: str | None) -> str:
 def property_names(body: etree._Element) -> list[str]:
     """The property QNames a GetResourceProperty (one) or GetMultipleResourceProperties body
     names; ``InvalidPropertyQName`` when it is not written as the operation wants."""
-    if body.tag == RP + "GetResourceProperty":
+    if body.tag in GET_ONE:
         if len(body):
             raise InvalidPropertyQName("GetResourceProperty takes a QName as text, not elements")
         return [resolve_qname(body, body.text)]
@@ -79,7 +83,7 @@ def property_names(body: etree._Element) -> list[str]:
 def requested(body: etree._Element) -> list[str] | None:
     """The property QNames a GetResourceProperty or GetMultipleResourceProperties request
     names; None for any other request, or one its operation will refuse."""
-    if body.tag not in (RP + "GetResourceProperty", RP + "GetMultipleResourceProperties"):
+    if body.tag not in GET_ONE + (RP + "GetMultipleResourceProperties",):
         return None
     try:
         return property_names(body)
@@ -89,7 +93,9 @@ def requested(body: etree._Element) -> list[str] | None:
 
 def get_property(body: etree._Element, props: Properties) -> etree._Element:
     (qname,) = property_names(body)
-    response = etree.Element(RP + "GetResourcePropertyResponse", nsmap={"wsrf-rp": ns.WSRF_RP})
+    namespace = etree.QName(body).namespace     # answered in the request's version
+    response = etree.Element("{%s}GetResourcePropertyResponse" % namespace,
+                             nsmap={"wsrf-rp": namespace})
     response.extend(props.get(qname))
     return response
 
@@ -160,6 +166,9 @@ def operations(source: Callable[[Request], Properties], xpath: XPathPool) -> dic
     return {
         RP + "GetResourceProperty": Operation(
             wrap(get_property), RPW + "GetResourceProperty/GetResourcePropertyResponse",
+            validate=False, direct=True),
+        RP_DRAFT + "GetResourceProperty": Operation(
+            wrap(get_property), RPW_DRAFT + "GetResourceProperty/GetResourcePropertyResponse",
             validate=False, direct=True),
         RP + "GetMultipleResourceProperties": Operation(
             wrap(get_multiple),
