@@ -89,8 +89,8 @@ FAULTS: dict[type, FaultKind] = {
     errors.TerminationTimeChangeRejected: FaultKind("{%s}TerminationTimeChangeRejectedFault" % RL,
                                                     "Client"),
     errors.ResourceNotDestroyed: FaultKind("{%s}ResourceNotDestroyedFault" % RL, "Client"),
-    errors.QuotaExceeded: FaultKind("{%s}QuotaExceededFault" % API, "Client", extra=lambda e, el: (
-        _sub(el, "{%s}quota" % API, e.quota), _sub(el, "{%s}limit" % API, e.limit))),
+    errors.QuotaExceeded: FaultKind("{%s}QuotaExceededFault" % ns.EXT, "Client", extra=lambda e, el: (
+        _sub(el, "{%s}quota" % ns.EXT, e.quota), _sub(el, "{%s}limit" % ns.EXT, e.limit))),
     errors.DeploymentFailed: FaultKind("{%s}DeploymentFault" % API, "Server"),
     errors.RemoteFault: FaultKind("{%s}RemoteFault" % API, "Server", extra=_remote),
     errors.StoreUnavailable: FaultKind("{%s}ResourceUnavailableFault" % R, "Server"),

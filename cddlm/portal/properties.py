@@ -30,6 +30,9 @@ RPW = "http://docs.oasis-open.org/wsrf/rpw-2/"
 # the draft's WSDL (WS-Addressing's default action: its namespace/portType/output)
 RPW_DRAFT = "http://docs.oasis-open.org/wsrf/2004/06/wsrf-WS-ResourceProperties-1.2-draft-01.wsdl/"
 Builder = Callable[[], list[etree._Element]]
+# extension properties that were declared in the spec's namespace (spec 4.5.1 forbids it),
+# still answered under their old names for one release: old QName -> the property's own
+RENAMED = {"{%s}subscriptionStatus" % ns.API: "{%s}subscriptionStatus" % ns.EXT}
 
 
 @dataclass
@@ -39,7 +42,7 @@ class Properties:
     args: tuple = ()                     # what each builder is called with (a table built once)
 
     def get(self, qname: str) -> list[etree._Element]:
-        builder = self.builders.get(qname)
+        builder = self.builders.get(qname) or self.builders.get(RENAMED.get(qname, ""))
         if builder is None:
             raise InvalidPropertyQName("%s is not a resource property of this resource" % qname)
         return builder(*self.args)
@@ -152,7 +155,7 @@ def query(body: etree._Element, props: Properties, xpath: XPathPool) -> etree._E
 
 def _result(kind: str, value: str) -> etree._Element:
     """A query result that is not an element, wrapped (the response must hold elements)."""
-    el = etree.Element("{%s}queryResult" % ns.API, nsmap={"api": ns.API})
+    el = etree.Element("{%s}queryResult" % ns.EXT, nsmap={"ext": ns.EXT})
     el.set("type", kind)
     el.text = value
     return el
