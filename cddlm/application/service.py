@@ -586,6 +586,16 @@ class Service:
             return SubApplication(runtime["subApplication"], runtime.get("subApplicationId") or "")
         host_of = lambda p: (rows[p].host if p in rows else "") or ""
         workdir = lambda p: rows[p].workdir if p in rows and rows[p].workdir else ""
+        comp_path = path if node is not None else path.rpartition("/")[0]
+        there = self._runner(host_of(comp_path))
+        if hasattr(there, "value") and comp_path in rows and rows[comp_path].type not in states.CONTAINERS:
+            # a host portal runs it: its values (pid, ports, any runtime value) are that
+            # portal's, asked of it within one deadline
+            with self.engine.waiting_on_portals():
+                value = there.value(app_id, comp_path, path)
+            if isinstance(value, dict) and node is not None:
+                return {k: secrets.redact(tree, path + "/" + k, v) for k, v in value.items()}
+            return secrets.redact(tree, path, value)
         if node is not None:
             values = HostValues(app, tree, rows, host_of(path), path, workdir)
             out = {}
@@ -600,9 +610,11 @@ class Service:
                     if runtime is not None:
                         out[name] = runtime
             return {k: secrets.redact(tree, path + "/" + k, v) for k, v in out.items()}
-        comp_path = path.rpartition("/")[0]
         values = HostValues(app, tree, rows, host_of(comp_path), comp_path, workdir)
         return secrets.redact(tree, path, values.reference(path))
+
+    def _runner(self, host: str) -> Any:
+        return self.engine.runners.get(host) if self.engine is not None and host else None
 
     def sub_applications(self, app_id: str) -> dict[str, tuple[str, str]]:
         """The components another portal enacts: path -> (its sub-application's address, id)."""
