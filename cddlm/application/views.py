@@ -394,11 +394,12 @@ class Views:
         as its last ping says (``lastOk``, ``checked``, the ``lease`` after which silence marks
         it down, and ``unreachable``: the one line saying since when and why); any other, as
         whether its portal heart-beats into this store."""
+        none = {"lastOk": None, "checked": None, "lastOkAgo": None, "lease": None, "unreachable": None}
         if h.agent == "local":
-            return {"reachable": True}
+            return dict(none, reachable=True)
         row = monitor.get(h.name)
         if row is None:
-            return {"reachable": _base(h.agent) in peer_urls}
+            return dict(none, reachable=_base(h.agent) in peer_urls)
         since = row.last_ok if row.last_error else None
         runner = self.runners.get(h.name)
         since = getattr(runner, "failing", None) or since
