@@ -260,6 +260,15 @@ class Service:
                     .where(subscriptions_table.c.subscriber == principal.name)).scalar() or 0
             down = repo.down_hosts(conn)
             used = self._used_capacity(conn)
+            # what is placed on each host, local or remote (of applications not terminated)
+            placed = dict(conn.execute(tenancy.scoped(
+                select(components_table.c.host, func.count())
+                .select_from(components_table.join(applications_table,
+                                                   applications_table.c.id == components_table.c.app_id))
+                .where(applications_table.c.state != lifecycle.TERMINATED,
+                       components_table.c.host.is_not(None),
+                       components_table.c.type.not_in(sorted(states.CONTAINERS)))
+                .group_by(components_table.c.host), principal)).all())
 
         def free(name: str, capacity: dict) -> dict:
             return {k: float(v) - used.get(name, {}).get(k, 0.0) for k, v in capacity.items()}
@@ -267,7 +276,7 @@ class Service:
         hosts = []
         for h in self.hosts.hosts.values():
             hosts.append({"name": h.name, "agent": h.agent, "down": h.name in down,
-                          "free": free(h.name, h.capacity),
+                          "components": placed.get(h.name, 0), "free": free(h.name, h.capacity),
                           "providers": [{"name": n, "free": free(n, c)} for n, c in h.providers.items()]})
         return {"counts": counts, "pending": pending, "undelivered": undelivered, "hosts": hosts}
 

@@ -180,6 +180,7 @@ class Handlers:
             el.set("name", h["name"])
             el.set("agent", h["agent"])
             el.set("down", "true" if h["down"] else "false")
+            el.set("components", str(h["components"]))
             for dim, amount in h["free"].items():
                 m.sub(el, "free", amount).set("resource", dim)
             for p in h.get("providers", []):     # NUMA nodes and devices below the host

@@ -27,6 +27,7 @@ APP = """<application xmlns="urn:cddlm:lang:components:1">
   <component name="web" type="process">
     <attribute name="argv"><item>python3</item><item>-u</item><item>-m</item><item>http.server</item><item>0</item></attribute>
     <attribute name="readiness"><item name="log">Serving HTTP</item></attribute>
+    <attribute name="demand"><item name="slots">1</item></attribute>
     <attribute name="host">h1</attribute>
   </component>
   <component name="talker" type="process">
@@ -180,6 +181,11 @@ def test_hosts_are_shown_as_the_host_monitor_sees_them(cluster):
     assert "UNREACHABLE" not in dc
     listed = cli(cluster.front.url, "host", "ls")
     assert listed.returncode == 0 and listed.stdout.count(" up ") == 3, listed.stdout
+    rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
+    # what is placed there, remote as local: one component each, web holding one slot of h1
+    assert [rows[h][3] for h in ("h1", "h2", "h3")] == ["1", "1", "1"], listed.stdout
+    assert rows["h1"][4:] == ["slots", "%g" % (cluster.slots - 1)], listed.stdout
+    assert rows["h2"][4:] == ["slots", "%g" % cluster.slots], listed.stdout
 
 
 def test_the_page_in_a_browser_shows_remote_logs_and_reachable_hosts(cluster, browser, tmp_path):

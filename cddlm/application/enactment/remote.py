@@ -320,10 +320,11 @@ class RemoteRunner:
         return len(rows)
 
     def where(self, app_id: str, path: str) -> str:
-        """Where ``path`` runs, for failure messages: the host and its sub-application."""
+        """Where ``path`` runs, for the failure of a host marked down (whose message names the
+        host already): its sub-application."""
         row = self._row(app_id, path)
-        ref = Ref(row.address, row.resource_id or "") if row is not None and row.address else None
-        return describe(self.host.name, ref, "")[:-2]
+        return "sub-application %s" % row.resource_id if row is not None and row.resource_id \
+            else "no sub-application yet"
 
     # -- what only the host portal can tell (the read side: logs, runtime values) ----------------
     def _ref_of(self, app_id: str, path: str) -> Ref | None:
