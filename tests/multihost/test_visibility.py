@@ -162,6 +162,12 @@ def test_status_shows_the_pid_and_ports_of_remote_components(cluster):
     row = [line for line in done.stdout.splitlines() if line.startswith("web ")][0].split()
     assert row[:3] == ["web", "process", "running"] and row[3] == "h1"
     assert row[4] == str(sub["web"]["pid"]) and row[5] == ",".join(map(str, sub["web"]["ports"]))
+    # deploymentInfo: each running component's pid and ports on its host
+    (info,) = app.property("deploymentInfo")
+    placed = {c.get("path"): c for c in info.iterfind("{%s}placement/{%s}component" % (ns.API, ns.API))}
+    assert placed["web"].get("host") == "h1" and placed["web"].get("pid") == str(sub["web"]["pid"])
+    assert placed["web"].get("ports") == " ".join(map(str, sub["web"]["ports"]))
+    assert placed["worker"].get("pid") == str(comps["worker"]["pid"])
     comps_json = requests.get(base(cluster) + "/api/v1/applications/%s/components" % app.id,
                               timeout=30).json()["components"]
     assert {c["path"]: c["pid"] for c in comps_json}["talker"] == \
