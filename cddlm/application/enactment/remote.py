@@ -334,10 +334,13 @@ class RemoteRunner:
     def _ask(self, fn: Callable[[], Any]) -> Any:
         """One read of the host portal; its silence is ``HostUnreachable`` naming the host."""
         try:
-            return fn()
+            out = fn()
         except AgentUnreachable as e:
             log.info("host %s did not answer a read: %s", self.host.name, e)
             raise HostUnreachable(self.host.name, self.unreachable(str(e))) from None
+        if not self.monitored:      # (no host monitor's ping says it answers again)
+            self.failing = None
+        return out
 
     def unreachable(self, error: str) -> str:
         """The one line a person reads about this host not answering, since the host monitor's
