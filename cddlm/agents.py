@@ -36,8 +36,10 @@ the origin the operator or tenant named (an EPR that names another host is taken
 that origin); a request thread (a delegate's initialize) waits on other portals only within
 one such deadline, and only ``--agent-request-slots`` at once (more: ``Busy``, try again).
 
-Faults become ``RemoteFault`` (the fault element kept as ``cause``); silence, refusals, answers
-that are not SOAP or too large, and HTTP 429 (a limiter's "not now") become
+Faults become ``RemoteFault`` whose ``cause`` is a WS-BaseFault: the fault's own when it is
+one, else the fault wrapped (``cddlm.relay``), as is an HTTP error page answering a create,
+initialize, run, terminate or destroy; silence, refusals, garbage, answers too large, HTTP 429
+(a limiter's "not now") and error pages answering reads (ping, resolve, probe) become
 ``AgentUnreachable`` (judged by the lease); a sub-application the portal does not know becomes
 ``Gone``.
 """
@@ -55,12 +57,13 @@ from urllib.parse import urlsplit
 
 from lxml import etree
 
-from cddlm import client, netsafe, ns, outbound
+from cddlm import client, netsafe, ns, outbound, relay, transport
 from cddlm.application import options as opts
 from cddlm.application.enactment.remote import AgentUnreachable, Gone, Ref, Status
 from cddlm.application.hosts import Host
 from cddlm.config import Settings
-from cddlm.errors import Busy, ConfigurationError, RemoteFault, ResolutionError
+from cddlm.errors import Busy, ConfigurationError, RemoteFault, ResolutionError, UnsupportedLanguage
+from cddlm.lang import registry
 from cddlm.transport import Reply
 
 KEYS = {"user", "password", "token", "ca_file", "client_cert", "client_key",
@@ -156,6 +159,14 @@ class PortalHttp:
         return Reply(r.status, r.body, r.headers, r.reason)
 
 
+def known_version(language: str) -> str | None:
+    """The version of ``language`` this portal speaks (None: a language it does not know)."""
+    try:
+        return registry.get(language).version
+    except UnsupportedLanguage:
+        return None
+
+
 class ClientHostPortal:
     """Another portal through ``cddlm.client`` (no failover: a host portal stands alone)."""
 
@@ -164,14 +175,21 @@ class ClientHostPortal:
         self.timeout = settings.agent_timeout
         self.portal = client.Portal(url, timeout=self.timeout, failover=False, http=http)
 
-    def _do(self, fn: Callable[[], Any]) -> Any:
+    def _do(self, fn: Callable[[], Any], read: bool = False) -> Any:
+        """``fn()`` with its errors translated (module docstring); ``read``: an error page is
+        silence (the lease judges), not a refusal."""
         try:
             return fn()
         except client.PortalFault as e:
             if e.fault in GONE_FAULTS:
                 raise Gone(str(e)) from None
-            cause = etree.tostring(e.detail, encoding="unicode") if e.detail is not None else None
-            raise RemoteFault("%s answered %s" % (self.url, e), cause) from None
+            raise RemoteFault("%s answered %s" % (self.url, e),
+                              relay.fault_cause(e.code, e.message, e.detail)) from None
+        except transport.NotSoap as e:
+            if read:
+                raise AgentUnreachable(str(e)) from None
+            raise RemoteFault(str(e), relay.wrap(None, "HTTP %d %s" % (e.status, e.reason), status=e.status,
+                                                 content_type=e.content_type, page=e.text)) from None
         except client.Unreachable as e:
             raise AgentUnreachable(str(e)) from None
         except (RemoteFault, Gone, AgentUnreachable, ResolutionError):
@@ -183,17 +201,32 @@ class ClientHostPortal:
         return self.portal.application(client.Reference(ref.address, ref.resource_id))
 
     def create(self, token: str) -> Ref:
-        app = self._do(lambda: self.portal.create(options={opts.CLIENT_TOKEN: token}))
+        """A sub-application named ``token`` (the client-token option goes too: a portal that
+        understands it makes a repeat harmless; one that ignores it is asked once, ``find``)."""
+        app = self._do(lambda: self.portal.create(name=token, options={opts.CLIENT_TOKEN: token}))
+        return Ref(app.reference.address, app.reference.resource_id)
+
+    def find(self, token: str) -> Ref | None:
+        """The sub-application created under ``token`` (spec ``lookup`` by name), None when the
+        portal knows none (or answers lookup with any fault)."""
+        try:
+            app = self._do(lambda: self.portal.lookup(token), read=True)
+        except (Gone, RemoteFault):
+            return None
         return Ref(app.reference.address, app.reference.resource_id)
 
     def initialize(self, ref: Ref, descriptor: etree._Element, token: str) -> None:
         self._do(lambda: self._app(ref).initialize(ns.NATIVE, body=descriptor,
-                                                   options={opts.CLIENT_TOKEN: token}))
+                                                   options={opts.CLIENT_TOKEN: token},
+                                                   version=known_version(ns.NATIVE)))
 
     def initialize_foreign(self, ref: Ref, language: str, text: str, properties: dict[str, str],
-                           token: str) -> None:
+                           token: str, version: str | None = None) -> None:
+        """Spec 4.4.1: the language and version of the descriptor are supplied (the version
+        the delegate names, else the one this portal knows of that language)."""
         self._do(lambda: self._app(ref).initialize(language, text=text, properties=properties or None,
-                                                   options={opts.CLIENT_TOKEN: token}))
+                                                   options={opts.CLIENT_TOKEN: token},
+                                                   version=version or known_version(language)))
 
     def run(self, ref: Ref) -> None:
         self._do(lambda: self._app(ref).run())
@@ -205,13 +238,15 @@ class ClientHostPortal:
         self._do(lambda: self._app(ref).destroy())
 
     def status(self, ref: Ref) -> Status:
-        r = self._do(lambda: self._app(ref).ping())
+        r = self._do(lambda: self._app(ref).ping(), read=True)
         info = r.get("terminationInfo") or {}
         fault = info.get("fault")
+        if fault is not None:
+            fault = etree.tostring(fault, encoding="unicode") if relay.is_base_fault(fault) else \
+                relay.wrap(None, info.get("reason") or "failed", fault)
         return Status(r.get("state") or "", {h["path"]: (h.get("state") or "", h.get("detail") or "")
                                             for h in r.get("health") or [] if h.get("path")},
-                      info.get("reason"),
-                      etree.tostring(fault, encoding="unicode") if fault is not None else None)
+                      info.get("reason"), fault)
 
     def subscribe(self, ref: Ref, consumer: str) -> None:
         self._do(lambda: self._app(ref).subscribe(consumer, termination=None))
@@ -226,16 +261,16 @@ class ClientHostPortal:
                 if e.fault != "ResolutionFault":
                     raise
                 raise ResolutionError(e.message, kind="unresolved-reference", path=path) from None
-        return self._do(ask)
+        return self._do(ask, read=True)
 
     def logs(self, ref: Ref, path: str, stream: str, lines: int | None, offset: int | None) -> dict:
-        return self._do(lambda: self._app(ref).logs(path, stream, lines=lines, offset=offset))
+        return self._do(lambda: self._app(ref).logs(path, stream, lines=lines, offset=offset), read=True)
 
     def components(self, ref: Ref) -> list[dict]:
-        return self._do(lambda: self._app(ref).components())
+        return self._do(lambda: self._app(ref).components(), read=True)
 
     def probe(self) -> None:
-        self._do(self.portal.probe)
+        self._do(self.portal.probe, read=True)
 
 
 class AgentClients:

@@ -76,12 +76,15 @@ LIFECYCLE, CREATED = ns.LIFECYCLE_TOPIC, ns.CREATED_TOPIC
 
 
 class PortalFault(ClientError):
-    """A SOAP fault from the portal; ``fault`` is the detail element's local name."""
+    """A SOAP fault from the portal; ``fault`` is the detail element's local name (the
+    faultcode's without one), ``code`` the faultcode as written (``soapenv:Client``)."""
 
-    def __init__(self, fault: str, message: str, detail: etree._Element | None = None):
+    def __init__(self, fault: str, message: str, detail: etree._Element | None = None,
+                 code: str | None = None):
         super().__init__(message)
         self.fault = fault
         self.detail = detail
+        self.code = code
 
     def __str__(self) -> str:
         return "%s: %s" % (self.fault, self.message)
@@ -228,7 +231,8 @@ def _reference(response: Any) -> Reference:
 def _fault(e: zeep.exceptions.Fault) -> PortalFault:
     detail = e.detail[0] if e.detail is not None and len(e.detail) else None
     name = etree.QName(detail).localname if detail is not None else str(e.code).split(":")[-1]
-    return PortalFault(name, e.message or name, detail)
+    code = e.code.text if isinstance(e.code, etree.QName) else e.code
+    return PortalFault(name, e.message or name, detail, str(code) if code else None)
 
 
 def _option_value(value: Any) -> dict:
@@ -472,17 +476,13 @@ def _post(portal: Portal, address: str, body: etree._Element,
 
 
 def _body(response: Any, address: str) -> etree._Element:
-    """The SOAP body of a response, raising ``PortalFault`` for a fault and ``Unreachable``
-    for an answer that is not SOAP (caused by an ``HTTPError`` naming its status: something
-    else answers there)."""
-    try:
-        doc = xmlsafe.parse(response.content)
-        body = doc.find("{%s}Body" % ns.SOAP11_ENV)
-    except ClientError:
-        body = None
+    """The SOAP body of a response, raising ``PortalFault`` for a fault and ``NotSoap`` (an
+    ``Unreachable`` caused by an ``HTTPError`` naming its status: something else answers there)
+    for an answer that is not SOAP."""
+    doc = transport.check_soap(response, address)
+    body = doc.find("{%s}Body" % ns.SOAP11_ENV)
     if body is None:
-        raise Unreachable("%s answered HTTP %d without SOAP" % (address, response.status_code)) \
-            from requests.HTTPError("%d %s" % (response.status_code, getattr(response, "reason", "") or ""))
+        raise transport.NotSoap(address, response.status_code, "a SOAP envelope without a Body")
     _raise_fault(body)
     return body
 
@@ -492,9 +492,10 @@ def _raise_fault(body: etree._Element) -> None:
     if fault is not None:
         detail = fault.find("detail")
         el = detail[0] if detail is not None and len(detail) else None
-        code = (fault.findtext("faultcode") or "Fault").strip().rpartition(":")[2]
+        written = (fault.findtext("faultcode") or "").strip()
+        code = written.rpartition(":")[2] or "Fault"
         raise PortalFault(etree.QName(el).localname if el is not None else code,
-                          fault.findtext("faultstring") or "fault", el)
+                          fault.findtext("faultstring") or "fault", el, written or None)
 
 
 def _get_property(portal: Portal, service: Any, address: str, namespace: str,
@@ -553,8 +554,10 @@ class Application:
 
     def initialize(self, language: str, body: etree._Element | None = None, text: str | None = None,
                    reference: str | None = None, properties: dict[str, str] | None = None,
-                   options: dict[str, Any] | None = None) -> None:
+                   options: dict[str, Any] | None = None, version: str | None = None) -> None:
         descriptor: dict[str, Any] = {"language": language}
+        if version:
+            descriptor["version"] = version
         if body is not None:
             # zeep moves the element into its envelope: a copy leaves the caller's tree alone
             # (and lets two threads send one element at once)

@@ -29,7 +29,7 @@ from lxml import etree
 from zeep.transports import Transport
 from zeep.wsdl import Document
 
-from cddlm import ns, wsa
+from cddlm import ns, wsa, xmlsafe
 from cddlm.errors import ClientError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,6 +44,38 @@ class Unreachable(ClientError):
     def __init__(self, message: str, sent: bool = True):
         super().__init__(message)
         self.sent = sent
+
+
+class NotSoap(Unreachable):
+    """The peer answered over HTTP, but not with SOAP (an error page, a proxy's 503): an answer,
+    not silence. ``status``, ``reason``, ``content_type`` and the start of the page (``text``)
+    say what it was; the front portal relays such an answer as a wrapped fault."""
+
+    def __init__(self, address: str, status: int, reason: str = "", content_type: str = "",
+                 text: str = ""):
+        super().__init__("%s answered HTTP %d%s without SOAP" % (
+            address, status, " " + reason if reason else ""))
+        self.status, self.reason, self.content_type, self.text = status, reason, content_type, text
+
+
+TEXT_KEPT = 2000      # characters of a page that is not SOAP kept in its error
+
+
+def check_soap(response: Any, address: str) -> etree._Element | None:
+    """The SOAP envelope of an HTTP answer; ``NotSoap`` when it is none (caused by a requests
+    ``HTTPError`` naming the status, as the command line reads it)."""
+    try:
+        doc = xmlsafe.parse(response.content)
+    except ClientError:
+        doc = None
+    if doc is None or doc.tag != "{%s}Envelope" % ns.SOAP11_ENV:
+        reason = getattr(response, "reason", "") or ""
+        content = response.content or b""
+        raise NotSoap(address, response.status_code, reason,
+                      response.headers.get("Content-Type") or "",
+                      content[:TEXT_KEPT].decode("utf-8", "replace")) \
+            from requests.HTTPError("%d %s" % (response.status_code, reason))
+    return doc
 
 
 class Http(Protocol):
@@ -108,7 +140,10 @@ class ZeepTransport(Transport):
         self.http = http
 
     def post(self, address: str, message: bytes, headers: dict[str, str]) -> Any:
-        return self.http.post(address, message, headers, self.operation_timeout)
+        response = self.http.post(address, message, headers, self.operation_timeout)
+        if response.status_code >= 300:    # a fault is SOAP; an error page is not (zeep chokes)
+            check_soap(response, address)
+        return response
 
     def load(self, url: str) -> bytes:
         return local_file(url)

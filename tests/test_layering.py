@@ -30,8 +30,8 @@ RULES = {
     "netsafe": ({"outbound"}, {"sqlalchemy", "spyne", "zeep", "apscheduler", "lxml", "requests"}),
     # the one HTTP client every outbound request goes through: the standard library only
     "outbound": (set(), {"sqlalchemy", "spyne", "zeep", "apscheduler", "lxml", "requests"}),
-    # how cddlm.client's messages travel: the project's WSDL, zeep, addressing
-    "transport": ({"errors", "ns", "wsa"}, {"sqlalchemy", "spyne", "apscheduler"}),
+    # how cddlm.client's messages travel: the project's WSDL, zeep, addressing, the safe parser
+    "transport": ({"errors", "ns", "wsa", "xmlsafe"}, {"sqlalchemy", "spyne", "apscheduler"}),
     "xpathsafe": ({"errors", "budget", "affinity"}, {"sqlalchemy", "spyne", "zeep", "apscheduler", "requests"}),
 }
 

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import xmlschema
 import zeep
+from lxml import etree
 from xmlschema.extras.wsdl import Wsdl11Document
 
 from cddlm import ns
@@ -85,3 +86,17 @@ def test_python_m_zeep_prints_the_served_wsdl(live_portal):
     fault = next(line for line in text.splitlines() if ":NotUnderstoodFault(" in line)
     assert "ErrorCode: {_value_1: ANY[], dialect: xsd:anyURI" in fault
     assert "create(name: " in text and "Renew(TerminationTime" in text
+
+
+def test_initialize_declares_the_remote_fault_it_relays():
+    """A delegate's refusal is an api:RemoteFault at initialize: the WSDL says so, on the
+    portType and the binding (issue 29, item 10)."""
+    doc = etree.parse(str(ROOT / "wsdl" / "cddlm.wsdl"))
+    w = {"wsdl": "http://schemas.xmlsoap.org/wsdl/"}
+    (message,) = doc.xpath("//wsdl:message[wsdl:part/@element='api:RemoteFault']", namespaces=w)
+    for where in ("portType", "binding"):
+        found = doc.xpath("//wsdl:%s/wsdl:operation[@name='initialize']/wsdl:fault[@name='RemoteFault']"
+                          % where, namespaces=w)
+        assert len(found) == 1, where
+    assert doc.xpath("//wsdl:portType/wsdl:operation[@name='initialize']/wsdl:fault"
+                     "[@name='RemoteFault']/@message", namespaces=w) == ["tns:" + message.get("name")]

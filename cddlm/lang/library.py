@@ -175,6 +175,8 @@ TYPES: dict[str, ComponentType] = {t.name: t for t in [
     ComponentType("delegate", {
         "portal": Attr("str", required=True, doc="URL of the other portal"),
         "language": Attr("str", required=True),
+        # spec 4.4.1: sent with the language (default: the version this portal knows of it)
+        "version": Attr("str", required=False),
         "descriptor": Attr("any", required=True),
         "properties": Attr("strmap", default={}),
     }, placed=False, check=_check_delegate,

@@ -32,6 +32,7 @@ from urllib.parse import urlsplit
 from lxml import etree
 
 from cddlm import metrics, ns, wsa, xmlsafe
+from cddlm.application.enactment.queue import live_engines as queue_live
 from cddlm.application.store import Store
 from cddlm.config import Settings
 from cddlm.errors import Busy, QueryError, StoreUnavailable
@@ -46,6 +47,10 @@ PRUNE_INTERVAL = 60.0     # a sweep of the outbox starts this long after the las
 PRUNE_STEP = 2000         # event ids one maintenance pass of a sweep looks at
 FAN_OUT_LIMIT = 1000
 IDLE_GAP = 0.02   # seconds between rounds that found nothing to do
+
+
+def _base(url: str) -> str:
+    return (url or "").rstrip("/")
 
 
 class _Bounded(OrderedDict):
@@ -209,19 +214,32 @@ class Delivery:
         return 0.0 if fanned >= FAN_OUT_LIMIT or batches else self.settings.delivery_poll_interval
 
     def _names(self, conn, batches: list[outbox.Batch], now: float) -> dict[str, tuple]:
-        """Per claimed subscription, (portal, view) its Notify names: this portal and the view
-        ``records.view_to_name`` chooses, or without ``portal_url`` the subscription's own."""
+        """Per claimed subscription, (portal, view) its Notify names. Spec 6.3: the EPRs the
+        subscriber used, whichever portal delivers: the portal it subscribed through and the
+        view ``records.view_to_name`` chooses there; when that portal no longer lives (it left
+        the store's heartbeats), this one, as the subscriber's calls then go (issue 12).
+        Without ``portal_url``: the subscription's own."""
         me = self.portal_url() if self.portal_url is not None else None
         views: dict[tuple, str | None] = {}
+        live: set[str] | None = None
         out = {}
         for b in batches:
-            if me is None or b.producer == ns.PORTAL_PRODUCER:
-                out[b.sub_id] = (me or b.portal, b.view)
+            if me is None:
+                out[b.sub_id] = (b.portal, b.view)
                 continue
-            key = (b.producer, b.view)
+            portal = b.portal
+            if _base(portal) != _base(me):
+                if live is None:
+                    live = {_base(r[1]) for r in queue_live(conn, now, 3 * self.settings.heartbeat_seconds)}
+                if _base(portal) not in live:
+                    portal = me
+            if b.producer == ns.PORTAL_PRODUCER:
+                out[b.sub_id] = (portal, b.view)
+                continue
+            key = (b.producer, b.view, portal)
             if key not in views:
-                views[key] = records.view_to_name(conn, b.producer, b.view, me, now)
-            out[b.sub_id] = (me, views[key])
+                views[key] = records.view_to_name(conn, b.producer, b.view, portal, now)
+            out[b.sub_id] = (portal, views[key])
         return out
 
     def _submit(self, batch: outbox.Batch, payloads: list[bytes], portal: str,

@@ -18,17 +18,21 @@ INNER = """<application xmlns="urn:cddlm:lang:components:1">
 </application>"""
 
 
-def outer(other_url: str, inner: str = INNER) -> str:
+def outer(other_url: str, inner: str = INNER, language: str = ns.NATIVE,
+          version: str | None = None) -> str:
+    """A local process and a ``delegate`` ("there") handing ``inner`` to the portal at
+    ``other_url``, in ``language`` (and ``version`` when given)."""
+    v = '\n    <attribute name="version">%s</attribute>' % escape(version) if version else ""
     return """<application xmlns="urn:cddlm:lang:components:1">
   <component name="here" type="process">
     <attribute name="argv"><item>sleep</item><item>600</item></attribute>
   </component>
   <component name="there" type="delegate">
     <attribute name="portal">%s</attribute>
-    <attribute name="language">urn:cddlm:lang:components:1</attribute>
+    <attribute name="language">%s</attribute>%s
     <attribute name="descriptor">%s</attribute>
   </component>
-</application>""" % (escape(other_url), escape(inner))
+</application>""" % (escape(other_url), escape(language), v, escape(inner))
 
 
 def allow(url: str) -> list[str]:

@@ -50,10 +50,18 @@ def test_a_tenants_delegate_gets_no_credentials_while_the_hosts_do(tmp_path):
     """The attack of issue 27 item 1: a delegate whose portal is a listener of the tenant's."""
     with Rogue(answer(500)) as listener, \
             MultiHost(tmp_path, n=1, front_args=["--allow-delegate-url", listener.url]) as mh:
-        app = Portal(mh.front.url, failover=False).create()
-        app.initialize(ns.NATIVE, text=descriptor(listener.url, HERE_ON_H1))
-        app.run()
-        assert wait_for(lambda: len(listener.requests) >= 2, 30), listener.requests
+        front = Portal(mh.front.url, failover=False)
+        app = front.create()
+        # its HTTP 500 page refuses the front's initialize at once, wrapped (issue 29 item 5)
+        with pytest.raises(PortalFault) as refused:
+            app.initialize(ns.NATIVE, text=descriptor(listener.url, HERE_ON_H1))
+        assert refused.value.fault == "RemoteFault" and "HTTP 500" in str(refused.value)
+        assert refused.value.detail.findtext(".//{%s}WrappedFault/{%s}httpStatus" % (ns.EXT, ns.EXT)) == "500"
+        assert listener.requests
+        hosted = front.create()
+        hosted.initialize(ns.NATIVE, text='<application xmlns="urn:cddlm:lang:components:1">%s'
+                                          '</application>' % HERE_ON_H1)
+        hosted.run()
         h1 = Portal(mh.hosts[0].url, failover=False, credentials=Credentials(FRONT_USER, FRONT_PASSWORD))
         # the host portal took the front's share: the front signed in there
         assert wait_for(lambda: h1.applications() != [], 30)
@@ -85,8 +93,10 @@ def test_a_delegate_portal_the_operator_did_not_allow_is_refused_at_initialize(l
         # the operator allows that network too: the delegate's portal is called, without credentials
         front_lp = front_with_credentials(live_portal, tmp_path, [
             "--allow-delegate-url", "http://localhost:%d/" % port, "--delegate-network", "127.0.0.0/8"])
-        Portal(front_lp.url, failover=False).create().initialize(
-            ns.NATIVE, text=descriptor("http://localhost:%d/cddlm/portal" % port))
+        with pytest.raises(PortalFault) as refused:     # its HTTP 500 page: a wrapped refusal
+            Portal(front_lp.url, failover=False).create().initialize(
+                ns.NATIVE, text=descriptor("http://localhost:%d/cddlm/portal" % port))
+        assert refused.value.fault == "RemoteFault" and "HTTP 500" in str(refused.value)
         assert listener.requests and all("authorization" not in r.headers for r in listener.requests)
 
 

@@ -96,6 +96,7 @@ class HostPortal(Protocol):
     url: str
 
     def create(self, token: str) -> Ref: ...
+    def find(self, token: str) -> Ref | None: ...
     def initialize(self, ref: Ref, descriptor: Any, token: str) -> None: ...
     def run(self, ref: Ref) -> None: ...
     def terminate(self, ref: Ref, reason: str) -> None: ...
@@ -103,7 +104,7 @@ class HostPortal(Protocol):
     def status(self, ref: Ref) -> Status: ...
     def probe(self) -> None: ...
     def initialize_foreign(self, ref: Ref, language: str, text: str, properties: dict[str, str],
-                           token: str) -> None: ...
+                           token: str, version: str | None = None) -> None: ...
     def subscribe(self, ref: Ref, consumer: str) -> None: ...
     def resolve(self, ref: Ref, path: str) -> Any: ...
     def logs(self, ref: Ref, path: str, stream: str, lines: int | None,
@@ -447,20 +448,7 @@ class RemoteRunner:
         if row is not None:
             return row
         with self._token_lock(token):
-            now = self.clock()
-            with self.store.read() as conn:
-                row = conn.execute(select(delegations).where(delegations.c.token == token)).first()
-            if row is None:
-                with self.store.write() as conn:
-                    conn.execute(insert(delegations).values(
-                        token=token, app_id=app_id, host=self.host.name, grp=group,
-                        generation=app.generation, asked="created", updated=now))
-                    row = conn.execute(select(delegations).where(delegations.c.token == token)).first()
-            if row.address is None:
-                ref = self.portal().create(token)
-                self._set(token, address=ref.address, resource_id=ref.resource_id)
-            else:
-                ref = Ref(row.address, row.resource_id or "")
+            row, ref = self._created(app_id, app.generation, group, token)
             if row.asked == "created" and not initialize:
                 return row
             if row.asked == "created" and self.portal().status(ref).state == "instantiated":
@@ -476,6 +464,27 @@ class RemoteRunner:
                 # known from now on: the deploys of this share's other components ask no more
                 self._ready[token] = row
             return row
+
+    def _created(self, app_id: str, generation: int, group: str, token: str) -> tuple[Any, Ref]:
+        """The delegation ``token`` (its row, written before the create is asked) and its
+        sub-application. A row without an address was written by an earlier try whose create
+        may have been done there, its answer lost (the front was killed): the sub-application
+        is first looked for by the name it was created with (the token), so that another
+        portal that ignores the client-token option still gets one create."""
+        with self.store.read() as conn:
+            row = conn.execute(select(delegations).where(delegations.c.token == token)).first()
+        fresh = row is None
+        if fresh:
+            with self.store.write() as conn:
+                conn.execute(insert(delegations).values(
+                    token=token, app_id=app_id, host=self.host.name, grp=group,
+                    generation=generation, asked="created", updated=self.clock()))
+                row = conn.execute(select(delegations).where(delegations.c.token == token)).first()
+        if row.address is not None:
+            return row, Ref(row.address, row.resource_id or "")
+        ref = (None if fresh else self.portal().find(token)) or self.portal().create(token)
+        self._set(token, address=ref.address, resource_id=ref.resource_id)
+        return row, ref
 
     def _mine(self, shape: Shape, group: str) -> set[str]:
         return {p for p, h in shape.placed.items() if h == self.host.name and shape.groups.get(p) == group}
@@ -739,25 +748,31 @@ class DelegateRunner(RemoteRunner):
             except CddlmError as e:
                 raise RemoteFault("cannot read the delegate's descriptor %s: %s" % (text.strip(), e)) from None
         props = {str(k): str(v) for k, v in (attrs.get("properties") or {}).items()}
-        self.portal().initialize_foreign(ref, str(attrs.get("language") or ""), text, props, token)
+        self.portal().initialize_foreign(ref, str(attrs.get("language") or ""), text, props, token,
+                                         str(attrs["version"]) if attrs.get("version") else None)
 
     def prepare(self, app_id: str, generation: int, path: str, tree: Deployment) -> None:
         """Before the front's initialize commits: make and initialize the sub-application
         (under the token the engine's deploy uses later, which then finds it done). A fault
         is raised as ``RemoteFault`` after the sub-application is destroyed again; a portal
         that does not answer now is left to the engine, which keeps asking."""
-        token = token_for(app_id, generation, self.host.name, self._group(None, path))
+        group = self._group(None, path)
+        token = token_for(app_id, generation, self.host.name, group)
+        ref: Ref | None = None
         try:
-            ref = self.portal().create(token)
-        except (AgentUnreachable, Gone):
-            return
-        try:
-            self._initialize(ref, token, Shape(tree, {}, {}), "", path, app_id)
+            with self._token_lock(token):
+                _, ref = self._created(app_id, generation, group, token)
+                # (one initialized by a try before a crash is not sent its descriptor twice)
+                if self.portal().status(ref).state == "instantiated":
+                    self._initialize(ref, token, Shape(tree, {}, {}), "", path, app_id)
         except AgentUnreachable:
             return
         except (RemoteFault, Gone) as e:
             try:
-                self._end(ref, "its front portal's initialize was refused")
+                if ref is not None:
+                    self._end(ref, "its front portal's initialize was refused")
+                with self.store.write() as conn:
+                    conn.execute(delegations.delete().where(delegations.c.token == token))
             except (RemoteFault, Gone, AgentUnreachable):
                 pass
             if isinstance(e, RemoteFault):
