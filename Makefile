@@ -5,7 +5,22 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: serve test soak install clean cluster docs ssh-cluster slurm-cluster
+.PHONY: help serve test soak install clean cluster docs ssh-cluster slurm-cluster
+
+.DEFAULT_GOAL := install
+
+# `make help`: what each target does and the settings it reads (NAME=value after the target)
+help:
+	@echo "make serve [ARGS='--port 9090 ...']  a portal on 127.0.0.1:8080 (cddlm portal serve ARGS)"
+	@echo "make test [ARGS='tests/web -x']      the tests (pytest ARGS)"
+	@echo "make soak [EXAMPLES=500]             the property tests at length"
+	@echo "make cluster [FRONT_PORT=8080] [STATE=/tmp/cddlm-cluster]"
+	@echo "                                     three host portals on 127.0.0.2-4 and a front portal on"
+	@echo "                                     127.0.0.1:FRONT_PORT, their state (and agents.toml) under STATE;"
+	@echo "                                     point the CLI at another FRONT_PORT with --portal or \$$CDDLM_PORTAL"
+	@echo "make ssh-cluster | slurm-cluster [FRONT_PORT=8080]   the same over SSH or Slurm (root)"
+	@echo "make docs                            the reference in site/"
+	@echo "make clean                           remove .venv, cddlm-state, site"
 
 install: $(STAMP)
 
@@ -27,7 +42,8 @@ EXAMPLES ?= 500
 soak: install
 	CDDLM_HYPOTHESIS_PROFILE=soak CDDLM_SOAK_EXAMPLES=$(EXAMPLES) $(BIN)/python -m pytest tests/property -p no:cacheprovider $(ARGS)
 
-# three host portals on 127.0.0.2-4 and a front portal delegating to them (docs/multihost.md)
+# three host portals on 127.0.0.2-4 and a front portal on 127.0.0.1:$FRONT_PORT (8080) delegating to
+# them, their state under $STATE (/tmp/cddlm-cluster) (docs/multihost.md)
 cluster: install
 	examples/multihost/cluster.sh
 

@@ -201,7 +201,7 @@ class ClientHostPortal:
                                                  content_type=e.content_type, page=e.text)) from None
         except client.Unreachable as e:
             raise AgentUnreachable(str(e)) from None
-        except (RemoteFault, Gone, AgentUnreachable):
+        except (RemoteFault, Gone, AgentUnreachable, ResolutionError):
             raise
         except Exception as e:      # zeep or lxml on an answer that is not what the WSDL says
             raise AgentUnreachable("%s answered garbage: %s: %s" % (self.url, type(e).__name__, e)) from None
@@ -261,7 +261,22 @@ class ClientHostPortal:
         self._do(lambda: self._app(ref).subscribe(consumer, termination=None))
 
     def resolve(self, ref: Ref, path: str) -> Any:
-        return self._do(lambda: self._app(ref).resolve(path), read=True)
+        """The value there; the portal's ``ResolutionFault`` (no such value, none yet) as
+        ``ResolutionError``, as this portal would answer it."""
+        def ask() -> Any:
+            try:
+                return self._app(ref).resolve(path)
+            except client.PortalFault as e:
+                if e.fault != "ResolutionFault":
+                    raise
+                raise ResolutionError(e.message, kind="unresolved-reference", path=path) from None
+        return self._do(ask, read=True)
+
+    def logs(self, ref: Ref, path: str, stream: str, lines: int | None, offset: int | None) -> dict:
+        return self._do(lambda: self._app(ref).logs(path, stream, lines=lines, offset=offset), read=True)
+
+    def components(self, ref: Ref) -> list[dict]:
+        return self._do(lambda: self._app(ref).components(), read=True)
 
     def probe(self) -> None:
         self._do(self.portal.probe, read=True)

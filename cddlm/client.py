@@ -449,7 +449,7 @@ class Portal:
             return {f.get("resource"): float(f.text) for f in el.iterfind(A + "free")}
 
         return [{"name": h.get("name"), "agent": h.get("agent"), "down": h.get("down") == "true",
-                 "free": free(h), "providers": {p.get("name"): free(p) for p in h.iterfind(A + "provider")}}
+                 "components": int(h.get("components") or 0), "free": free(h), "providers": {p.get("name"): free(p) for p in h.iterfind(A + "provider")}}
                 for h in info.iterfind("%shosts/%shost" % (A, A))]
 
     def static_info(self) -> etree._Element:

@@ -31,6 +31,7 @@ zeep, OSError) are translated where they are caught and never leak upward.
     └── ServerError                      the portal's own failure (soapenv:Server)
         ├── DeploymentFailed             enactment failed synchronously
         ├── RemoteFault                  a fault relayed from a delegate portal
+        ├── HostUnreachable              the portal serving a host does not answer (``host`` names it)
         ├── StoreUnavailable             the database cannot be reached or is locked
         └── Busy                         a bounded resource (large parses, query helpers) is taken
 """
@@ -232,6 +233,15 @@ class RemoteFault(ServerError):
     def __init__(self, message: str, cause: str | None = None):
         super().__init__(message)
         self.cause = cause
+
+
+class HostUnreachable(ServerError):
+    """The portal that serves host ``host`` gave no answer (refused, silent, garbage): what
+    it alone can tell (a component's logs, its runtime values) cannot be had now."""
+
+    def __init__(self, host: str, message: str):
+        super().__init__(message)
+        self.host = host
 
 
 class StoreUnavailable(ServerError):

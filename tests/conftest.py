@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.web.browser import browser  # noqa: F401  (one real browser a session, for every test)
+
 ROOT = Path(__file__).resolve().parents[1]
 PG_URL = os.environ.get("CDDLM_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 

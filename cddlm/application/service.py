@@ -265,6 +265,15 @@ class Service:
                     .where(subscriptions_table.c.subscriber == principal.name)).scalar() or 0
             down = repo.down_hosts(conn)
             used = self._used_capacity(conn)
+            # what is placed on each host, local or remote (of applications not terminated)
+            placed = dict(conn.execute(tenancy.scoped(
+                select(components_table.c.host, func.count())
+                .select_from(components_table.join(applications_table,
+                                                   applications_table.c.id == components_table.c.app_id))
+                .where(applications_table.c.state != lifecycle.TERMINATED,
+                       components_table.c.host.is_not(None),
+                       components_table.c.type.not_in(sorted(states.CONTAINERS)))
+                .group_by(components_table.c.host), principal)).all())
 
         def free(name: str, capacity: dict) -> dict:
             return {k: float(v) - used.get(name, {}).get(k, 0.0) for k, v in capacity.items()}
@@ -272,7 +281,7 @@ class Service:
         hosts = []
         for h in self.hosts.hosts.values():
             hosts.append({"name": h.name, "agent": h.agent, "down": h.name in down,
-                          "free": free(h.name, h.capacity),
+                          "components": placed.get(h.name, 0), "free": free(h.name, h.capacity),
                           "providers": [{"name": n, "free": free(n, c)} for n, c in h.providers.items()]})
         return {"counts": counts, "pending": pending, "undelivered": undelivered, "hosts": hosts}
 
@@ -593,6 +602,16 @@ class Service:
             return SubApplication(runtime["subApplication"], runtime.get("subApplicationId") or "")
         host_of = lambda p: (rows[p].host if p in rows else "") or ""
         workdir = lambda p: rows[p].workdir if p in rows and rows[p].workdir else ""
+        comp_path = path if node is not None else path.rpartition("/")[0]
+        there = self._runner(host_of(comp_path))
+        if hasattr(there, "value") and comp_path in rows and rows[comp_path].type not in states.CONTAINERS:
+            # a host portal runs it: its values (pid, ports, any runtime value) are that
+            # portal's, asked of it within one deadline
+            with self.engine.waiting_on_portals():
+                value = there.value(app_id, comp_path, path)
+            if isinstance(value, dict) and node is not None:
+                return {k: secrets.redact(tree, path + "/" + k, v) for k, v in value.items()}
+            return secrets.redact(tree, path, value)
         if node is not None:
             values = HostValues(app, tree, rows, host_of(path), path, workdir)
             out = {}
@@ -607,9 +626,11 @@ class Service:
                     if runtime is not None:
                         out[name] = runtime
             return {k: secrets.redact(tree, path + "/" + k, v) for k, v in out.items()}
-        comp_path = path.rpartition("/")[0]
         values = HostValues(app, tree, rows, host_of(comp_path), comp_path, workdir)
         return secrets.redact(tree, path, values.reference(path))
+
+    def _runner(self, host: str) -> Any:
+        return self.engine.runners.get(host) if self.engine is not None and host else None
 
     def sub_applications(self, app_id: str) -> dict[str, tuple[str, str]]:
         """The components another portal enacts: path -> (its sub-application's address, id)."""

@@ -11,9 +11,10 @@ Times are seconds since the epoch (UTC), as in the store.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from typing import Any
+from typing import Any, ContextManager
 
 from sqlalchemy import func, or_, select
 
@@ -21,9 +22,11 @@ from cddlm.application import audit, lifecycle, secrets
 from cddlm.application.secrets import redact_descriptor, visible_properties
 from cddlm.application import repository as repo
 from cddlm.application.enactment import local, procfs, states
-from cddlm.application.tables import applications, components, engines, events, hosts as hosts_table
+from cddlm.application.enactment.remote import unreachable_line
+from cddlm.application.tables import (agents, applications, components, engines, events,
+                                      hosts as hosts_table)
 from cddlm.application.tenancy import LOCAL_ADMIN, Principal, scoped as _scoped
-from cddlm.errors import BadArgument, NoSuchApplication
+from cddlm.errors import BadArgument, Busy, HostUnreachable, NoSuchApplication
 from cddlm.lang.model import Deployment
 
 PORTS_TTL = 2.0          # seconds a process's listening ports are remembered
@@ -63,6 +66,14 @@ class Views:
     def runners(self) -> dict:
         engine = self.service.engine
         return engine.runners if engine is not None else {}
+
+    def asking(self, runner: Any) -> ContextManager:
+        """Around a read that ``runner`` answers by asking another portal (a host portal):
+        one deadline and one of the few request threads that may wait on other portals."""
+        engine = self.service.engine
+        if engine is None or not hasattr(runner, "observed"):
+            return contextlib.nullcontext()
+        return engine.waiting_on_portals()
 
     # -- applications ----------------------------------------------------------------------
     def applications(self, principal: Principal, *, state: str | None = None,
@@ -167,10 +178,17 @@ class Views:
                 "text": secrets.of(self._tree(app))(redact_descriptor(app.language, text))}
 
     def logs(self, principal: Principal, app_id: str, path: str, lines: int | None = None) -> dict:
-        """The last lines of a component's stdout and stderr (on a host this portal runs)."""
+        """The last lines of a component's stdout and stderr, read where it runs (a host
+        portal's through it); a host portal that does not answer leaves them empty, with
+        ``available`` false and ``reason`` naming the host."""
         out: dict[str, Any] = {}
         for stream in ("stdout", "stderr"):
-            found = self.log(principal, app_id, path, stream, lines=lines)
+            try:
+                found = self.log(principal, app_id, path, stream, lines=lines)
+            except (HostUnreachable, Busy) as e:
+                out.update(path=path, available=False, reason=str(e), stdout=[], stderr=[])
+                out.setdefault("host", getattr(e, "host", None))
+                return out
             out.update(path=found["path"], host=found["host"], available=found["available"])
             out[stream] = found["lines"]
         return out
@@ -194,8 +212,11 @@ class Views:
         if comp is None:
             raise BadArgument("application %s has no component %r" % (app.id, path))
         runner = self.runners.get(comp.host or "")
-        found, end = runner.log_read(app.id, comp.path, stream, lines=lines, offset=offset,
-                                     max_bytes=lim.log_bytes) if runner is not None else ([], 0)
+        found, end = [], 0
+        if runner is not None:
+            with self.asking(runner):
+                found, end = runner.log_read(app.id, comp.path, stream, lines=lines, offset=offset,
+                                             max_bytes=lim.log_bytes)
         return {"path": comp.path, "host": comp.host, "stream": stream,
                 "available": runner is not None, "lines": found, "offset": end}
 
@@ -206,12 +227,28 @@ class Views:
             children.setdefault(c.parent, []).append(c)
         tree = self._tree(app) if any(c.observed == states.STARTING for c in comps) else None
         now = self.clock()
+        there = self._observed_there(app.id, comps)
         out: list[dict] = []
         stack = list(reversed(sorted(children.get(None, []), key=lambda c: c.position)))
         while stack:
             c = stack.pop()
-            out.append(self._component(c, tree, now))
+            out.append(self._component(c, tree, now, there.get(c.path)))
             stack.extend(reversed(sorted(children.get(c.path, []), key=lambda k: k.position)))
+        return out
+
+    def _observed_there(self, app_id: str, comps: list[repo.Component]) -> dict[str, dict]:
+        """What the host portals running some of ``comps`` report of them (pid, ports), for
+        those running there; a host portal that does not answer reports nothing."""
+        hosts = {c.host for c in comps if c.observed in (states.STARTING, states.RUNNING)
+                 and hasattr(self.runners.get(c.host or ""), "observed")}
+        out: dict[str, dict] = {}
+        for host in sorted(hosts):
+            runner = self.runners[host]
+            try:
+                with self.asking(runner):
+                    out.update(runner.observed(app_id))
+            except (HostUnreachable, Busy):
+                continue        # (its pid and ports are not known now: shown as none)
         return out
 
     def _tree(self, app: repo.App) -> Deployment | None:
@@ -220,12 +257,18 @@ class Views:
         engine = self.service.engine
         return engine.tree(app) if engine is not None else Deployment.from_json(app.deployment)
 
-    def _component(self, c: repo.Component, tree: Deployment | None, now: float) -> dict:
+    def _component(self, c: repo.Component, tree: Deployment | None, now: float,
+                   there: dict | None = None) -> dict:
+        """One component; ``there``: what the host portal running it reports of it (its pid
+        and ports are that host's)."""
+        live = c.observed in (states.STARTING, states.RUNNING)
+        pid = (there or {}).get("pid") if there is not None else c.pid
         out = {"path": c.path, "name": c.path.rsplit("/", 1)[-1], "parent": c.parent,
                "depth": c.path.count("/"), "type": c.type, "optional": c.optional,
                "host": c.host, "provider": c.provider, "desired": c.desired, "state": c.observed,
-               "pid": c.pid if c.observed in (states.STARTING, states.RUNNING) else None,
-               "ports": self._ports_of(c), "restarts": c.restarts, "exitCode": c.exit_code,
+               "pid": pid if live else None,
+               "ports": list(there.get("ports") or []) if there is not None and live
+               else self._ports_of(c), "restarts": c.restarts, "exitCode": c.exit_code,
                "exitSignal": c.exit_signal, "info": c.info, "updated": c.updated,
                "stderr": c.runtime.get("stderr") if c.observed == states.FAILED else None,
                # enacted by another portal (a host portal, or a delegate's): its sub-application
@@ -278,6 +321,7 @@ class Views:
             placed_rows = conn.execute(query.order_by(applications.c.created, components.c.path)
                                        .limit(lim.max_placed + 1)).all()
             peers = self._live_peers(conn)
+            monitor = self._monitor(conn)
         truncated = len(placed_rows) > lim.max_placed
         on: dict[str, list[dict]] = {}
         for r in placed_rows[:lim.max_placed]:
@@ -301,7 +345,7 @@ class Views:
                 agent = self.hosts.hosts[name].agent
                 out["agent"] = agent
                 out["servedBy"] = "this portal" if agent == "local" else agent
-                out["reachable"] = agent == "local" or _base(agent) in peer_urls
+                out.update(self._reach(self.hosts.hosts[name], peer_urls, monitor))
             out["children"] = [visit(c, host, depth + 1) for c in node.get("children") or []
                                if isinstance(c, dict)] if depth < 64 else []
             return out
@@ -325,6 +369,7 @@ class Views:
                 .where(applications.c.state != lifecycle.TERMINATED, components.c.host.is_not(None))
                 .group_by(components.c.host), principal)).all())
             peers = self._live_peers(conn)
+            monitor = self._monitor(conn)
         peer_urls = {_base(p["url"]) for p in peers if p["url"]}
         implicit = self.hosts.datacenter is None
         out = []
@@ -333,12 +378,35 @@ class Views:
             held = used.get(h.name, {})
             out.append({"name": h.name, "agent": h.agent,
                         "servedBy": "this portal" if h.local else h.agent,
-                        "reachable": h.local or _base(h.agent) in peer_urls,
+                        **self._reach(h, peer_urls, monitor),
                         "down": h.name in down, "reason": down.get(h.name),
                         "capacity": capacity, "used": held,
                         "free": {k: v - held.get(k, 0.0) for k, v in capacity.items()},
                         "components": counts.get(h.name, 0)})
         return out
+
+    def _monitor(self, conn) -> dict[str, Any]:
+        """The host monitor's last look at each host it pings (host portals, SSH hosts)."""
+        return {r.host: r for r in conn.execute(select(agents))}
+
+    def _reach(self, h: Any, peer_urls: set[str], monitor: dict[str, Any]) -> dict:
+        """Whether ``h`` answers: this portal's own hosts do; a host the host monitor pings,
+        as its last ping says (``lastOk``, ``checked``, the ``lease`` after which silence marks
+        it down, and ``unreachable``: the one line saying since when and why); any other, as
+        whether its portal heart-beats into this store."""
+        none = {"lastOk": None, "checked": None, "lastOkAgo": None, "lease": None, "unreachable": None}
+        if h.agent == "local":
+            return dict(none, reachable=True)
+        row = monitor.get(h.name)
+        if row is None:
+            return dict(none, reachable=_base(h.agent) in peer_urls)
+        since = row.last_ok if row.last_error else None
+        runner = self.runners.get(h.name)
+        since = getattr(runner, "failing", None) or since
+        return {"reachable": row.last_error is None, "lastOk": row.last_ok, "checked": row.checked,
+                "lastOkAgo": self.clock() - row.last_ok if row.last_ok else None,
+                "lease": self.settings.agent_lease,
+                "unreachable": unreachable_line(h.name, since, row.last_error) if row.last_error else None}
 
     def peers(self, principal: Principal) -> list[dict]:
         """The portals sharing this store that heart-beat lately, this one marked ``self``."""

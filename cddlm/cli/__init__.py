@@ -98,7 +98,8 @@ def explain(e: BaseException, args: argparse.Namespace) -> tuple[str, str | None
     if isinstance(e, Unreachable):
         url = getattr(args, "portal_url", None) or DEFAULT_PORTAL
         if not e.sent:
-            return "no portal answers at %s" % url, "is `cddlm portal serve` running?", UNREACHABLE
+            return "no portal answers at %s" % url, ("is `cddlm portal serve` running? Another portal: "
+                                                     "--portal URL or $CDDLM_PORTAL"), UNREACHABLE
         return "the portal at %s did not answer as a portal: %s" % (url, e.message), \
             "is it running, and is the scheme right: http or https?", UNREACHABLE
     if isinstance(e, PortalFault) and e.fault == "FailedAuthentication":

@@ -46,6 +46,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 # -- status -----------------------------------------------------------------------------------
+NOTE_WIDTH = 72     # a component's note and a transition's info in the tables (--json: in full)
+
+
 def describe(app) -> dict:
     """Everything ``status`` shows, read in one request."""
     from cddlm.client import components_entry, history_entries, termination_info
@@ -77,10 +80,13 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.json:
         output.emit_json(d)
         return 0
-    output.fields([("name", d["name"]), ("id", d["id"]), ("state", d["state"]),
-                   ("info", d["stateInfo"]), ("created", d["created"]), ("started", d["started"]),
-                   ("terminated", d["terminated"]), ("terminates at", d["scheduledTermination"])])
     info = d["terminationInfo"]
+    # a failure's reason is said once, in full, on the termination line
+    said = (info or {}).get("reason")
+    output.fields([("name", d["name"]), ("id", d["id"]), ("state", d["state"]),
+                   ("info", d["stateInfo"] if d["stateInfo"] != said else None),
+                   ("created", d["created"]), ("started", d["started"]),
+                   ("terminated", d["terminated"]), ("terminates at", d["scheduledTermination"])])
     if info:
         print("termination: %s%s" % ("normal" if info.get("normal") else "abnormal",
                                      ": " + info["reason"] if info.get("reason") else ""))
@@ -97,18 +103,20 @@ def cmd_status(args: argparse.Namespace) -> int:
                      + (("SUB-APPLICATION",) if subs else ()), [
             (c["path"], c["type"], c["state"], c["host"], c["pid"],
              ",".join(str(p) for p in c["ports"]),
-             ("waiting for " + output.waiting(c)) if c.get("waitingFor") else
-             (c["info"] if c["state"] in ("failed", "stopped") or c["restarts"] else None))
+             output.clip(("waiting for " + output.waiting(c)) if c.get("waitingFor") else
+                         (c["info"] if c["state"] in ("failed", "stopped") or c["restarts"] else None),
+                         NOTE_WIDTH))
             + ((c.get("subApplicationId"),) if subs else ())
             for c in d["components"]])
     print()
-    _history(d["history"])
+    _history(d["history"], NOTE_WIDTH)     # (`cddlm events` and --json: in full)
     return 0
 
 
-def _history(history: list[dict]) -> None:
+def _history(history: list[dict], width: int | None = None) -> None:
     output.table(("#", "STATE", "TIME", "INFO"),
-                 [(h["sequence"], h["state"], h["time"], h["info"]) for h in history])
+                 [(h["sequence"], h["state"], h["time"], output.clip(h["info"], width))
+                  for h in history])
 
 
 # -- events -----------------------------------------------------------------------------------

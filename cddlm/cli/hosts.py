@@ -12,8 +12,8 @@ def cmd_host_ls(args: argparse.Namespace) -> int:
     if args.json:
         output.emit_json(hosts)
         return 0
-    output.table(("HOST", "AGENT", "STATE", "FREE"), [
-        (h["name"], h["agent"], "down" if h["down"] else "up",
+    output.table(("HOST", "AGENT", "STATE", "COMPONENTS", "FREE"), [
+        (h["name"], h["agent"], "down" if h["down"] else "up", h["components"],
          ", ".join("%s %g" % kv for kv in sorted(h["free"].items()))) for h in hosts])
     return 0
 
@@ -32,7 +32,7 @@ def cmd_host_mark(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     h = sub.add_parser("host", help="the hosts of a portal: list, mark down or up").add_subparsers(
         dest="host_command", required=True, metavar="COMMAND")
-    ls = h.add_parser("ls", help="list hosts: agent, up or down, free capacity")
+    ls = h.add_parser("ls", help="list hosts: agent, up or down, components placed there, free capacity")
     common.add_portal_option(ls)
     common.add_json_option(ls)
     ls.set_defaults(func=cmd_host_ls)

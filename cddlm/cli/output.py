@@ -30,6 +30,14 @@ def table(headers: Iterable[str], rows: Iterable[Iterable[Any]], stream: TextIO 
         out.write("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip() + "\n")
 
 
+def clip(text: Any, width: int | None) -> Any:
+    """``text`` cut to ``width`` characters (ending in ...), so that one long line does
+    not widen a whole table; None and short texts as they are."""
+    if not isinstance(text, str) or width is None or len(text) <= width:
+        return text
+    return text[:width - 3] + "..."
+
+
 def fields(pairs: Iterable[tuple[str, Any]], stream: TextIO | None = None) -> None:
     """``key:  value`` lines, values aligned; pairs whose value is None or empty are left out."""
     out = stream or sys.stdout

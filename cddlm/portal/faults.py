@@ -93,6 +93,7 @@ FAULTS: dict[type, FaultKind] = {
         _sub(el, "{%s}quota" % ns.EXT, e.quota), _sub(el, "{%s}limit" % ns.EXT, e.limit))),
     errors.DeploymentFailed: FaultKind("{%s}DeploymentFault" % API, "Server"),
     errors.RemoteFault: FaultKind("{%s}RemoteFault" % API, "Server", extra=_remote),
+    errors.HostUnreachable: FaultKind("{%s}ResourceUnavailableFault" % R, "Server"),
     errors.StoreUnavailable: FaultKind("{%s}ResourceUnavailableFault" % R, "Server"),
     errors.Busy: FaultKind("{%s}ResourceUnavailableFault" % R, "Server"),
     errors.ServerError: FaultKind("{%s}BaseFault" % BF, "Server"),

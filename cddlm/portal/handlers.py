@@ -17,7 +17,7 @@ from cddlm.application import options as opts
 from cddlm.application.repository import App
 from cddlm.application.secrets import visible_properties
 from cddlm.application.service import Service, SubApplication
-from cddlm.application.views import Views
+from cddlm.application.views import Principal, Views
 from cddlm.errors import (BadArgument, ResourceNotDestroyed, ResourceUnknown,
                           TerminationTimeChangeRejected)
 from cddlm.lang import registry
@@ -195,6 +195,7 @@ class Handlers:
             el.set("name", h["name"])
             el.set("agent", h["agent"])
             el.set("down", "true" if h["down"] else "false")
+            el.set("components", str(h["components"]))
             for dim, amount in h["free"].items():
                 m.sub(el, "free", amount).set("resource", dim)
             for p in h.get("providers", []):     # NUMA nodes and devices below the host
@@ -376,7 +377,7 @@ class Handlers:
         return {
             m.q("name"): lambda app, req: [m.element("name", value=app.name)] if app.name else [],
             m.q("id"): lambda app, req: [m.element("id", value=app.id)],
-            m.q("deploymentInfo"): lambda app, req: [self.deployment_info(app)],
+            m.q("deploymentInfo"): lambda app, req: [self.deployment_info(app, req.principal)],
             m.q("state"): lambda app, req: [m.element("state", value=app.state)],
             m.q("stateInfo"): lambda app, req: [m.element("stateInfo", value=app.state_info)]
             if app.state_info else [],
@@ -399,7 +400,7 @@ class Handlers:
             _q(ns.EXT, "components"): lambda app, req: [self.components(app, req)],
         }
 
-    def deployment_info(self, app: App) -> etree._Element:
+    def deployment_info(self, app: App, principal: Principal) -> etree._Element:
         info = m.element("deploymentInfo")
         if app.language:
             m.sub(info, "language", app.language)
@@ -412,6 +413,8 @@ class Handlers:
             info.append(m.options_element("options", app.options))
         if app.placement:
             subs = self.service.sub_applications(app.id)
+            # a running component's pid and ports on its host (a host portal's, as it reports them)
+            live = {c["path"]: c for c in self.views.components(principal, app.id) if c["pid"]}
             placement = m.sub(info, "placement")
             types = {}
             if app.deployment:
@@ -425,6 +428,10 @@ class Handlers:
                     c.set("host", where["host"])
                 if where.get("provider"):
                     c.set("provider", where["provider"])
+                if path in live:
+                    c.set("pid", str(live[path]["pid"]))
+                    if live[path]["ports"]:
+                        c.set("ports", " ".join(str(p) for p in live[path]["ports"]))
                 for provider, amounts in sorted((where.get("allocations") or {}).items()):
                     for dim, amount in sorted(amounts.items()):   # what it holds, and where
                         a = m.sub(c, "allocation", _number(amount))

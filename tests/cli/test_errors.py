@@ -31,7 +31,8 @@ def test_no_portal_answers_is_one_line_with_a_hint_and_exit_3():
     r = cddlm("ls", "--portal", "127.0.0.1:%d" % port, check=False)
     assert r.returncode == 3
     assert r.stderr == ("cddlm: no portal answers at http://127.0.0.1:%d/cddlm/portal "
-                        "(is `cddlm portal serve` running?)\n" % port)
+                        "(is `cddlm portal serve` running? Another portal: --portal URL or "
+                        "$CDDLM_PORTAL)\n" % port)
     r = cddlm("status", "x", check=False, portal="http://127.0.0.1:%d/" % port)
     assert r.returncode == 3 and r.stderr.count("\n") == 1 and "no portal answers" in r.stderr
 
@@ -63,7 +64,7 @@ def test_debug_shows_the_traceback_and_faults_keep_their_names(shared_portal):
     assert "no application named 'no-such-app'" in r.stderr and "`cddlm ls`" in r.stderr
     p = popen("--debug", "ls", "--portal", "127.0.0.1:%d" % free_port())
     out, err = p.communicate(timeout=60)
-    assert p.returncode == 3 and TRACEBACK in err and err.rstrip().endswith("running?)")
+    assert p.returncode == 3 and TRACEBACK in err and err.rstrip().endswith("or $CDDLM_PORTAL)")
 
 
 def test_a_closed_pipe_ends_quietly(shared_portal):

@@ -87,9 +87,10 @@ def test_the_command_table_names_every_command():
 def test_the_troubleshooting_messages_are_the_ones_printed(shared_portal, tmp_path):
     section = CLI[CLI.index("## Troubleshooting"):]
     r = cddlm("ls", "--portal", "127.0.0.1:1", check=False)
-    assert "no portal answers at URL (is `cddlm portal serve` running?)".replace("`", "") in \
-        section.replace("`", "")
-    assert "(is `cddlm portal serve` running?)" in r.stderr
+    assert ("no portal answers at URL (is `cddlm portal serve` running? Another portal: "
+            "--portal URL or $CDDLM_PORTAL)").replace("`", "") in section.replace("`", "")
+    assert "(is `cddlm portal serve` running? Another portal: --portal URL or $CDDLM_PORTAL)" \
+        in r.stderr
     r = cddlm("deploy", "examples/hello.xml", "--option", "validate-only=true", check=False)
     assert "option name 'validate-only' is not a URI" in r.stderr and \
         "option name 'validate-only' is not a URI" in section

@@ -1,3 +1,3 @@
-"""The dashboard's tests share one browser (Playwright's sync API allows one at a time)."""
-
-from tests.web.browser import browser  # noqa: F401  (the session's fixture, for every module here)
+"""The dashboard's tests share one browser (Playwright's sync API allows one at a time): the
+session's ``browser`` fixture is registered once for the whole suite in tests/conftest.py, so
+that tests elsewhere (tests/multihost) use the same one."""

@@ -45,7 +45,7 @@ from cddlm.application.hosts import Host
 from cddlm.application.store import Store
 from cddlm.application.tables import agents, applications, components, delegations, hosts as hosts_table
 from cddlm.config import Settings
-from cddlm.errors import CddlmError, RemoteFault
+from cddlm.errors import CddlmError, HostUnreachable, RemoteFault, ResolutionError
 from cddlm.lang import native
 from cddlm.lang.model import Component, Deployment, Lazy
 
@@ -54,6 +54,7 @@ log = logging.getLogger(__name__)
 FOREIGN_WAIT = 120.0    # seconds a share waits for another host's value before it fails
 SETTLE = 1.0            # seconds a deploy or start watches its sub-application before Later
 STATUS_TTL = 0.2        # seconds one ping of a sub-application answers for every component
+OBSERVED_TTL = 1.0      # seconds the host portal's component table answers for every read
 DOWN_PREFIX = "unreachable"     # the reason the host monitor gives; only it lifts such a mark
 CONTAINERS = ("compound", "sequence", "parallel")
 
@@ -106,6 +107,9 @@ class HostPortal(Protocol):
                            token: str, version: str | None = None) -> None: ...
     def subscribe(self, ref: Ref, consumer: str) -> None: ...
     def resolve(self, ref: Ref, path: str) -> Any: ...
+    def logs(self, ref: Ref, path: str, stream: str, lines: int | None,
+             offset: int | None) -> dict: ...
+    def components(self, ref: Ref) -> list[dict]: ...
 
 
 PortalFactory = Callable[[Host], HostPortal]
@@ -197,6 +201,32 @@ def remote_info(host: str, portal: str, ref: Ref | None, reason: str, fault: str
             "reason": reason, "fault": fault}
 
 
+def unreachable_line(host: str, since: float | None, error: str | None) -> str:
+    """The one line a person reads about a host portal that does not answer:
+    ``host h1 unreachable since 01:02:03 UTC: cannot connect`` (the raw error goes to the log)."""
+    when = " since %s UTC" % time.strftime("%H:%M:%S", time.gmtime(since)) if since else ""
+    cause = short_cause(error)
+    return "host %s unreachable%s%s" % (host, when, ": " + cause if cause else "")
+
+
+CAUSES = (("cannot connect", "cannot connect"), ("refused", "connection refused"),
+          ("certificate", "certificate not trusted"), ("tls", "TLS failed"),
+          ("429", "too many requests"), ("more than", "answer too large"),
+          ("garbage", "answer is not SOAP"), ("without soap", "answer is not SOAP"),
+          ("timed out", "no answer in time"), ("too slow", "no answer in time"),
+          ("no complete answer", "no answer in time"))
+
+
+def short_cause(error: str | None) -> str:
+    """A raw error (the outbound client's, a library's) in the few words of its class."""
+    text = (error or "").lower()
+    for needle, words in CAUSES:
+        if needle in text:
+            return words
+    first = (error or "").strip().splitlines()[0] if (error or "").strip() else ""
+    return first if len(first) <= 60 else first[:57] + "..."
+
+
 def describe(host: str, ref: Ref | None, reason: str) -> str:
     where = "sub-application %s" % ref.resource_id if ref and ref.resource_id else "its sub-application"
     return "host %s, %s: %s" % (host, where, reason)
@@ -207,6 +237,7 @@ class RemoteRunner:
     remote = True
     monitored = True        # the host monitor (``Agents``) decides when silence is a failure
     _silent_since: float | None = None
+    failing: float | None = None    # when the host monitor's pings went unanswered first (clock)
 
     def __init__(self, host: Host, store: Store, settings: Settings, factory: PortalFactory,
                  clock: Callable[[], float] = time.time,
@@ -226,6 +257,7 @@ class RemoteRunner:
         self._ready: dict[str, Any] = {}           # token -> its row once initialized there
         self._foreigns: dict[tuple[int, str], set[str]] = {}   # (shape, group) -> references out
         self._waiting: dict[str, float] = {}       # token -> since when it waits for a value
+        self._observed: dict[str, tuple[float, dict[str, dict]]] = {}   # app id -> its components there
         # the runners of the other remote hosts (set by the composition root): where a lazy
         # reference to a component on another host is resolved
         self.peers: dict[str, "RemoteRunner"] = {}
@@ -289,10 +321,86 @@ class RemoteRunner:
         return len(rows)
 
     def where(self, app_id: str, path: str) -> str:
-        """Where ``path`` runs, for failure messages: the host and its sub-application."""
+        """Where ``path`` runs, for the failure of a host marked down (whose message names the
+        host already): its sub-application."""
         row = self._row(app_id, path)
-        ref = Ref(row.address, row.resource_id or "") if row is not None and row.address else None
-        return describe(self.host.name, ref, "")[:-2]
+        return "sub-application %s" % row.resource_id if row is not None and row.resource_id \
+            else "no sub-application yet"
+
+    # -- what only the host portal can tell (the read side: logs, runtime values) ----------------
+    def _ref_of(self, app_id: str, path: str) -> Ref | None:
+        row = self._row(app_id, path)
+        return Ref(row.address, row.resource_id or "") if row is not None and row.address else None
+
+    def _ask(self, fn: Callable[[], Any]) -> Any:
+        """One read of the host portal; its silence is ``HostUnreachable`` naming the host."""
+        try:
+            out = fn()
+        except AgentUnreachable as e:
+            log.info("host %s did not answer a read: %s", self.host.name, e)
+            raise HostUnreachable(self.host.name, self.unreachable(str(e))) from None
+        if not self.monitored:      # (no host monitor's ping says it answers again)
+            self.failing = None
+        return out
+
+    def unreachable(self, error: str) -> str:
+        """The one line a person reads about this host not answering, since the host monitor's
+        first unanswered ping (``failing``; else since now)."""
+        self.failing = self.failing or self.clock()
+        return unreachable_line(self.host.name, self.failing, error)
+
+    def log_read(self, app_id: str, path: str, stream: str, *, lines: int = 0,
+                 offset: int | None = None, max_bytes: int = 8192) -> tuple[list[str], int]:
+        """As ``LocalRunner.log_read``, read by the host portal that runs the component (its
+        ``ext:logs``, with its offsets and its limits). Nothing yet while it has not been
+        given the component."""
+        ref = self._ref_of(app_id, path)
+        if ref is None:
+            return [], offset or 0
+        try:
+            found = self._ask(lambda: self.portal().logs(
+                ref, path, stream, (lines or None) if offset is None else None, offset))
+        except Gone:
+            return [], offset or 0
+        return found["lines"], found["offset"]
+
+    def observed(self, app_id: str) -> dict[str, dict]:
+        """The components the host portal runs for ``app_id``, as it reports them
+        (``ext:components``: pid, ports, state ...) by path; read at most every
+        ``OBSERVED_TTL`` seconds."""
+        cached = self._observed.get(app_id)
+        if cached is not None and time.monotonic() - cached[0] < OBSERVED_TTL:
+            return cached[1]
+        with self.store.read() as conn:
+            rows = conn.execute(select(delegations).where(
+                delegations.c.app_id == app_id, delegations.c.host == self.host.name,
+                delegations.c.address.is_not(None), delegations.c.asked != "destroyed")
+                .order_by(delegations.c.generation)).all()
+        out: dict[str, dict] = {}
+        for row in rows:
+            ref = Ref(row.address, row.resource_id or "")
+            try:
+                out.update((c["path"], c) for c in self._ask(lambda: self.portal().components(ref)))
+            except Gone:
+                continue
+        with self._lock:
+            if len(self._observed) > 256:
+                self._observed.clear()
+            self._observed[app_id] = (time.monotonic(), out)
+        return out
+
+    def value(self, app_id: str, comp_path: str, path: str) -> Any:
+        """``resolve`` of ``path`` (the component ``comp_path`` or one of its values) as the
+        host portal that runs it answers."""
+        ref = self._ref_of(app_id, comp_path)
+        if ref is None:
+            raise ResolutionError("%s has no value yet: host %s has not been given %s yet" % (
+                path, self.host.name, comp_path), kind="unresolved-reference", path=path)
+        try:
+            return self._ask(lambda: self.portal().resolve(ref, path))
+        except Gone:
+            raise ResolutionError("%s has no value: host %s no longer runs %s" % (
+                path, self.host.name, comp_path), kind="unresolved-reference", path=path) from None
 
     # -- delegation rows --------------------------------------------------------------------------
     def _app(self, app_id: str) -> tuple[repo.App, Shape]:
@@ -415,7 +523,7 @@ class RemoteRunner:
             if row is None or row.address is None:
                 raise RemoteFault("%s is not delegated yet" % comp_path)
             value = peer.portal().resolve(Ref(row.address, row.resource_id or ""), target)
-        except (RemoteFault, AgentUnreachable, Gone) as e:
+        except (RemoteFault, AgentUnreachable, Gone, ResolutionError) as e:
             since = self._waiting.setdefault(token, time.monotonic())
             if time.monotonic() - since > FOREIGN_WAIT:
                 raise RemoteFault("%s has no value after %.0f s: %s" % (target, FOREIGN_WAIT, e)) from None
@@ -715,6 +823,11 @@ class Agents:
             known = {r.host: r for r in conn.execute(select(agents)).all()}
             marks = {r.name: r for r in conn.execute(select(hosts_table)).all()}
             for name, error in results.items():
+                runner = self.runners[name]
+                if error is None:
+                    runner.failing = None
+                elif getattr(runner, "failing", None) is None:
+                    runner.failing = now        # its first unanswered ping (or read; SSH hosts too)
                 row = known.get(name)
                 if row is None:     # a host seen for the first time gets one lease of grace
                     last_ok = now
@@ -730,13 +843,15 @@ class Agents:
                     self._mark(conn, name, False, None, now)
                     came_up.append(name)
                 elif error is not None and not down and now - last_ok >= self.settings.agent_lease:
-                    reason = "%s: %s gave no answer for %.0f s (lease %.0f s): %s" % (
-                        DOWN_PREFIX, self.runners[name].host.agent, now - last_ok,
-                        self.settings.agent_lease, error)
+                    # one short line for people (the raw error is logged below, once)
+                    line = unreachable_line(name, runner.failing, error)
+                    reason = DOWN_PREFIX + line[len("host %s unreachable" % name):]
                     self._mark(conn, name, True, reason, now)
                     went_down.append(name)
-        for name in went_down:
-            log.warning("host %s is unreachable: marked down", name)
+                    log.warning("host %s is unreachable: marked down; %s answered nothing since "
+                                "%.1f s ago (last answer %.1f s ago, lease %.0f s): %s", name,
+                                runner.host.agent, now - runner.failing, now - last_ok,
+                                self.settings.agent_lease, error)
         for name in came_up:
             log.info("host %s answers again: marked up", name)
         if went_down or came_up:
