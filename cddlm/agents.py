@@ -40,8 +40,10 @@ Faults become ``RemoteFault`` whose ``cause`` is a WS-BaseFault: the fault's own
 one, else the fault wrapped (``cddlm.relay``), as is an HTTP error page answering a create,
 initialize, run, terminate or destroy; silence, refusals, garbage, answers too large, HTTP 429
 (a limiter's "not now") and error pages answering reads (ping, resolve, probe) become
-``AgentUnreachable`` (judged by the lease); a sub-application the portal does not know becomes
-``Gone``.
+``AgentUnreachable`` (judged by the lease); so does, from a datacenter's host portal, a page
+saying "not now" (502, 503, 504: a proxy or balancer in front of it; the lease judges, a brief
+outage fails nothing), while a delegate's portal answering one refuses at once; a
+sub-application the portal does not know becomes ``Gone``.
 """
 
 from __future__ import annotations
@@ -167,11 +169,18 @@ def known_version(language: str) -> str | None:
         return None
 
 
-class ClientHostPortal:
-    """Another portal through ``cddlm.client`` (no failover: a host portal stands alone)."""
+# what a proxy or balancer answers for a peer that is briefly away: silence, from a host portal
+NOT_NOW = frozenset({502, 503, 504})
 
-    def __init__(self, url: str, http: PortalHttp, settings: Settings):
+
+class ClientHostPortal:
+    """Another portal through ``cddlm.client`` (no failover: a host portal stands alone);
+    ``host``: a datacenter's host portal, whose "not now" pages are silence under the lease
+    (a delegate's portal, watched by no lease, refuses with them)."""
+
+    def __init__(self, url: str, http: PortalHttp, settings: Settings, host: bool = False):
         self.url = url
+        self.host = host
         self.timeout = settings.agent_timeout
         self.portal = client.Portal(url, timeout=self.timeout, failover=False, http=http)
 
@@ -186,7 +195,7 @@ class ClientHostPortal:
             raise RemoteFault("%s answered %s" % (self.url, e),
                               relay.fault_cause(e.code, e.message, e.detail)) from None
         except transport.NotSoap as e:
-            if read:
+            if read or (self.host and e.status in NOT_NOW):
                 raise AgentUnreachable(str(e)) from None
             raise RemoteFault(str(e), relay.wrap(None, "HTTP %d %s" % (e.status, e.reason), status=e.status,
                                                  content_type=e.content_type, page=e.text)) from None
@@ -320,7 +329,8 @@ class AgentClients:
 
     def host(self, host: Host) -> ClientHostPortal:
         url = host.agent or ""
-        return ClientHostPortal(url, PortalHttp(url, self.host_creds(host), self.settings), self.settings)
+        return ClientHostPortal(url, PortalHttp(url, self.host_creds(host), self.settings), self.settings,
+                                host=True)
 
     def delegate(self, host: Host) -> ClientHostPortal:
         url = host.agent or ""

@@ -830,6 +830,6 @@ class Subscription:
         return list(self._call(body))
 
     def status(self) -> dict:
-        """``api:subscriptionStatus`` as a dict (state, undelivered, delivered, lastError ...)."""
-        (el,) = self.property("subscriptionStatus")
+        """``ext:subscriptionStatus`` as a dict (state, undelivered, delivered, lastError ...)."""
+        (el,) = self.property("subscriptionStatus", ns.EXT)
         return {etree.QName(c).localname: (c.text or "").strip() for c in el}

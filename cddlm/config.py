@@ -60,7 +60,7 @@ class DashboardLimits:
 @dataclass(frozen=True)
 class Quotas:
     """Per-owner limits on what a user (not an administrator) may hold; exceeding one is an
-    ``api:QuotaExceededFault`` and changes nothing."""
+    ``ext:QuotaExceededFault`` and changes nothing."""
 
     applications: int = 100                 # applications not destroyed (terminated ones count)
     components: int = 1_000                 # components in one application

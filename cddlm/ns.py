@@ -25,6 +25,9 @@ WSSE = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secex
 WSU = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd"
 
 WSRF_RP = "http://docs.oasis-open.org/wsrf/rp-2"
+# the 2004/06 draft of WS-ResourceProperties, which the 2005/02 CDDLM wire format used; only
+# its GetResourceProperty is accepted (xsd/rp-draft.xsd)
+WSRF_RP_DRAFT = "http://docs.oasis-open.org/wsrf/2004/06/wsrf-WS-ResourceProperties-1.2-draft-01.xsd"
 WSRF_RL = "http://docs.oasis-open.org/wsrf/rl-2"
 WSRF_RLW = "http://docs.oasis-open.org/wsrf/rlw-2"
 WSRF_R = "http://docs.oasis-open.org/wsrf/r-2"

@@ -17,10 +17,13 @@ from cddlm import ns
 
 VERSIONS = (ns.WSA, ns.WSA_2004, ns.WSA_2003)
 HEADERS = ("To", "Action", "MessageID", "RelatesTo", "ReplyTo", "FaultTo", "From")
+# at most one of each in a message (WS-Addressing 1.0 Core 3.2); RelatesTo may repeat
+SINGLE = frozenset(("To", "Action", "MessageID", "ReplyTo", "FaultTo", "From"))
 TRUE = ("1", "true")
 # "reply on the back channel" in each version (1.0's wsa:None asks for no reply at all)
 ANONYMOUS = frozenset((ns.WSA + "/anonymous", ns.WSA_2004 + "/role/anonymous",
                        ns.WSA_2003 + "/role/anonymous"))
+NONE = ns.WSA + "/none"   # "send no reply": nothing is owed, the connection's answer is ignored
 
 
 def q(local: str, namespace: str = ns.WSA) -> str:
@@ -85,15 +88,20 @@ class Addressing:
     reply_to: str | None = None
     fault_to: str | None = None
     reference_parameters: list[etree._Element] = field(default_factory=list)
+    repeated: str | None = None       # Clark name of the first header given twice, if any
 
     @classmethod
     def read(cls, headers: list[etree._Element]) -> "Addressing":
         a = cls()
+        seen: set[str] = set()
         for h in headers:
             if not isinstance(h.tag, str):
                 continue
             qn = etree.QName(h)
             if qn.namespace in VERSIONS and qn.localname in HEADERS:
+                if qn.localname in SINGLE and qn.localname in seen and a.repeated is None:
+                    a.repeated = h.tag
+                seen.add(qn.localname)
                 a.version = a.version or qn.namespace
                 if qn.localname == "To":
                     a.to = (h.text or "").strip()
@@ -112,10 +120,11 @@ class Addressing:
 
     def elsewhere(self) -> tuple[str, str] | None:
         """(header, address) of a ReplyTo or FaultTo that asks for the reply somewhere other
-        than the request's own HTTP connection, or None."""
+        than the request's own HTTP connection, or None. The 1.0 ``none`` address asks for no
+        reply at all: the answer on the connection is then one nobody reads, which is allowed."""
         for local in ("ReplyTo", "FaultTo"):
             address = getattr(self, "reply_to" if local == "ReplyTo" else "fault_to")
-            if address is not None and address not in ANONYMOUS:
+            if address is not None and address not in ANONYMOUS and address != NONE:
                 return q(local, self.version or ns.WSA), address
         return None
 

@@ -13,18 +13,19 @@ from cddlm import ns
 
 XSD = Path(__file__).resolve().parents[1] / "xsd"
 STANDARD_FILES = ("ws-addr.xsd", "bf-2.xsd", "r-2.xsd", "rp-2.xsd", "rl-2.xsd", "t-1.xsd", "b-2.xsd")
+OURS = ("api.xsd", "ext.xsd", "rp-draft.xsd")
 
 
 @functools.lru_cache(maxsize=None)
 def ours() -> xmlschema.XMLSchema10:
-    return xmlschema.XMLSchema10([str(XSD / f) for f in STANDARD_FILES + ("api.xsd", "ext.xsd")],
+    return xmlschema.XMLSchema10([str(XSD / f) for f in STANDARD_FILES + OURS],
                                  allow="local")
 
 
 @functools.lru_cache(maxsize=None)
 def standard(shared: Path) -> xmlschema.XMLSchema10:
     """The OASIS/W3C files first, so api.xsd's imports of those namespaces are not reloaded."""
-    files = [str(shared / "standards" / f) for f in STANDARD_FILES] + [str(XSD / "api.xsd"), str(XSD / "ext.xsd")]
+    files = [str(shared / "standards" / f) for f in STANDARD_FILES] + [str(XSD / f) for f in OURS]
     return xmlschema.XMLSchema10(files, allow="local")
 
 

@@ -9,6 +9,7 @@ File keys:
             store must
   consumer: true starts a notification consumer on loopback; {consumer} is its URL
   datacenter: a datacenter (CONTRACT section 10, as YAML) the portals are started with
+  limits:   fields of cddlm.config.Limits the portals are started with (e.g. a small bound)
   documents: {path: text, or {status, location}}: an HTTP server on loopback serves them
            ({documents} is its base URL); the portal may fetch descriptors under
            {documents}/allowed/ only (--allow-descriptor-url)
@@ -34,6 +35,7 @@ portal's base URL ({A}, {B} ...).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import time
 import uuid
@@ -44,6 +46,7 @@ import yaml
 from lxml import etree
 
 from cddlm import ns
+from cddlm.config import Limits
 from cddlm.listener import Listener
 from tests.conftest import (WsgiClient, _terminate_all, make_portal, pg_schema_url,
                             postgres_available, shared_dir)
@@ -187,6 +190,8 @@ def conversation(request, tmp_path, portal):
             stack.callback(server.stop)
             served = server.url
             settings["allowed_descriptor_urls"] = (served + "/allowed/",)
+        if spec.get("limits"):
+            settings["limits"] = dataclasses.replace(Limits(), **spec["limits"])
         if spec.get("datacenter"):
             path = tmp_path / "datacenter.yaml"
             path.write_text(yaml.safe_dump(spec["datacenter"]))

@@ -76,8 +76,11 @@ def test_the_applications_property_holds_the_newest_only(tmp_path):
         assert status == 200, data
         refs = etree.fromstring(data).findall(".//%sapplicationReference" % API)
         assert [r.findtext(".//%sResourceId" % API) for r in refs] == ids[2:]
+        (mark,) = etree.fromstring(data).iter("{%s}truncated" % ns.EXT)
+        assert mark.get("listed") == "3" and mark.get("operation") == "listApplications"
         # the document (and so every query) is bounded the same way
-        assert len(portal.service.applications(portal.url)) == 3
+        views, cut = portal.service.applications(portal.url)
+        assert len(views) == 3 and cut
     finally:
         portal.stop()
 

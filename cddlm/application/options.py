@@ -19,6 +19,7 @@ VALIDATE_ONLY = PREFIX + "validate-only"
 CLIENT_TOKEN = PREFIX + "client-token"
 TERMINATION_TIME = PREFIX + "termination-time"
 SUBSCRIBE = PREFIX + "subscribe"
+PROPERTIES = PREFIX + "properties"    # deploy-time properties as an option (spec 4.4.2)
 
 # option URI -> (value kinds accepted, operations that understand it)
 CATALOG: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
@@ -26,6 +27,7 @@ CATALOG: dict[str, tuple[tuple[str, ...], frozenset[str]]] = {
     CLIENT_TOKEN: (("string",), frozenset({"create", "initialize"})),
     TERMINATION_TIME: (("string",), frozenset({"create", "initialize"})),
     SUBSCRIBE: (("data", "string"), frozenset({"create"})),
+    PROPERTIES: (("data",), frozenset({"initialize"})),
 }
 ALL = tuple(CATALOG)
 
@@ -59,3 +61,33 @@ def check(options: list[Option], operation: str) -> dict[str, Option]:
                               % (opt.name, " or ".join(kinds), opt.kind))
         understood[opt.name] = opt
     return understood
+
+
+def _local(el: Any) -> str:
+    tag = el.tag if isinstance(el.tag, str) else ""
+    return tag.rpartition("}")[2]
+
+
+HOLDERS = ("data", "properties", "PropertyMapOption")
+
+
+def property_pairs(opt: Option) -> list[tuple[str, str]]:
+    """The (name, value) pairs of a ``PROPERTIES`` option: its data holds ``property``
+    elements, each a ``name`` and a ``value`` (``api:property``, as in ``api:properties``),
+    bare or in one holder (``api:properties``, SmartFrog's ``PropertyMapOption``); the
+    namespace is not checked. Anything else is ``BadArgument``."""
+    root = opt.value      # the data element, or its only child
+    if _local(root) == "property":
+        items = [root]
+    elif _local(root) in HOLDERS:
+        items = [c for c in root if isinstance(c.tag, str)]
+    else:
+        items = [root]    # refused below
+    pairs = []
+    for item in items:
+        fields = {_local(c): c.text or "" for c in item if isinstance(c.tag, str)}
+        if _local(item) != "property" or "name" not in fields or not fields["name"].strip():
+            raise BadArgument("option %s holds property elements, each a name and a value; "
+                              "not %s" % (opt.name, item.tag))
+        pairs.append((fields["name"].strip(), fields.get("value", "")))
+    return pairs

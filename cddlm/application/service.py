@@ -203,13 +203,18 @@ class Service:
             mine = repo.view_for(conn, resource_id, portal, now)
         return mine or self._bind(resource_id, portal)
 
-    def applications(self, portal: str, *, principal: Principal = LOCAL_ADMIN) -> list[repo.View]:
+    def applications(self, portal: str, *,
+                     principal: Principal = LOCAL_ADMIN) -> tuple[list[repo.View], bool]:
         """A view through ``portal`` of each of the newest ``Limits.max_listed_references``
         applications ``principal`` may see, oldest first (``list_applications`` pages through
-        them all). Applications with no view here get one, in one transaction."""
+        them all), and whether older ones were left out. Applications with no view here get
+        one, in one transaction."""
+        limit = self.settings.limits.max_listed_references
         with self.store.read() as conn:
             pairs = repo.all_views(conn, portal, self.clock(), owner=tenancy.owner_scope(principal),
-                                   limit=self.settings.limits.max_listed_references)
+                                   limit=limit + 1)
+        cut = len(pairs) > limit
+        pairs = pairs[1:] if cut else pairs       # one more was read to know: the oldest
         missing = [app_id for app_id, view in pairs if view is None]
         if missing:
             with self.store.write() as conn:
@@ -217,7 +222,7 @@ class Service:
                 bound = {app_id: repo.bound_view(conn, app_id, portal, now)
                          for app_id in missing if repo.get_app(conn, app_id) is not None}
             pairs = [(app_id, view or bound.get(app_id)) for app_id, view in pairs]
-        return [view for _, view in pairs if view is not None]   # (destroyed meanwhile: gone)
+        return [view for _, view in pairs if view is not None], cut   # (destroyed meanwhile: gone)
 
     def list_applications(self, limit: int | None = None, after: str | None = None, *,
                           principal: Principal = LOCAL_ADMIN) -> tuple[list[dict], str | None]:
@@ -315,6 +320,8 @@ class Service:
         understood = opts.check(options, "initialize")
         now = self.clock()
         props: dict[str, str] = {}
+        if opts.PROPERTIES in understood:   # beside (not instead of) the request's own element
+            properties = list(properties) + opts.property_pairs(understood[opts.PROPERTIES])
         if len(properties) > self.settings.limits.max_properties:
             raise BadArgument("more than %d properties" % self.settings.limits.max_properties)
         for pname, value in properties:

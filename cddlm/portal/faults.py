@@ -89,8 +89,8 @@ FAULTS: dict[type, FaultKind] = {
     errors.TerminationTimeChangeRejected: FaultKind("{%s}TerminationTimeChangeRejectedFault" % RL,
                                                     "Client"),
     errors.ResourceNotDestroyed: FaultKind("{%s}ResourceNotDestroyedFault" % RL, "Client"),
-    errors.QuotaExceeded: FaultKind("{%s}QuotaExceededFault" % API, "Client", extra=lambda e, el: (
-        _sub(el, "{%s}quota" % API, e.quota), _sub(el, "{%s}limit" % API, e.limit))),
+    errors.QuotaExceeded: FaultKind("{%s}QuotaExceededFault" % ns.EXT, "Client", extra=lambda e, el: (
+        _sub(el, "{%s}quota" % ns.EXT, e.quota), _sub(el, "{%s}limit" % ns.EXT, e.limit))),
     errors.DeploymentFailed: FaultKind("{%s}DeploymentFault" % API, "Server"),
     errors.RemoteFault: FaultKind("{%s}RemoteFault" % API, "Server", extra=_remote),
     errors.HostUnreachable: FaultKind("{%s}ResourceUnavailableFault" % R, "Server"),
@@ -142,6 +142,7 @@ class SoapFault(Fault):
         self.action = action
         self.status = status
         self.headers = headers or {}
+        self.more_detail: list[etree._Element] = []   # detail elements after the first
 
 
 HTTP_STATUS = {401: "401 Unauthorized", 403: "403 Forbidden", 429: "429 Too Many Requests"}
@@ -161,13 +162,20 @@ def to_fault(exc: BaseException) -> SoapFault:
                          ns.WSA + "/soap/fault", HTTP_STATUS.get(exc.status, "401 Unauthorized"),
                          headers)
     if isinstance(exc, errors.AddressingError):
-        # WS-Addressing 1.0 SOAP binding, SOAP 1.1: the most specific fault code as faultcode,
-        # the problem header in the detail; no BaseFault (the fault is WS-Addressing's)
+        # WS-Addressing 1.0 SOAP binding over SOAP 1.1 (section 6): the fault code is the
+        # subcode (wsa:InvalidAddressingHeader for every header fault); SOAP 1.1 has no place
+        # for the more specific subsubcode (wsa:OnlyAnonymousAddressSupported, ...), so the
+        # detail carries it after the problem header. No BaseFault: the fault is WS-Addressing's
         holder = None
         if exc.header:
             holder = etree.Element("{%s}ProblemHeaderQName" % ns.WSA, nsmap={"wsa": ns.WSA})
             holder.text = etree.QName(exc.header)
-        return SoapFault("{%s}%s" % (ns.WSA, exc.subcode), exc.message, holder, ns.WSA + "/fault")
+        fault = SoapFault("{%s}InvalidAddressingHeader" % ns.WSA, exc.message, holder,
+                          ns.WSA + "/fault")
+        sub = etree.Element("{%s}faultSubcode" % ns.EXT, nsmap={"ext": ns.EXT, "wsa": ns.WSA})
+        sub.text = etree.QName(ns.WSA, exc.subcode)
+        fault.more_detail = [sub]
+        return fault
     if isinstance(exc, errors.CddlmError):
         kind = kind_of(exc)
         return SoapFault(kind.code, str(exc), detail(exc), kind.action)

@@ -85,8 +85,10 @@ class Handlers:
         app, view = self.service.create(name.strip() if name else None, m.text(b, "hostname"),
                                         m.options(m.child(b, "options")), req.portal,
                                         principal=req.principal)
+        # systemReference: the same EPR under the 2005/02 wire format's name (its schema
+        # fragment answers ResourceId + systemReference), for clients written to it
         return m.element("createResponse", m.element("ResourceId", value=app.id),
-                         m.app_reference(view))
+                         m.app_reference(view), m.app_reference(view, m.q("systemReference")))
 
     def lookup(self, req: Request) -> etree._Element:
         rid, name = m.text(req.body, "ResourceId"), m.text(req.body, "name")
@@ -107,14 +109,27 @@ class Handlers:
         return rp.Properties(m.q("portalProperties"), {
             m.q("staticInfo"): lambda: [self.static_info(req.portal)],
             m.q("dynamicInfo"): lambda: [self.dynamic_info(req)],
-            m.q("applications"): lambda: [m.element("applications", *[
-                m.app_reference(v) for v in self.service.applications(req.portal,
-                                                                      principal=req.principal)])],
+            m.q("applications"): lambda: [self.applications(req)],
             **producer_properties(topics.CREATED),
             _q(RL, "CurrentTime"): rp.current_time,
             _q(RL, "TerminationTime"): lambda: [rp.termination_time(None)],
             _q(ns.EXT, "portals"): lambda: [self.portals(req.portal)],
         })
+
+    def applications(self, req: Request) -> etree._Element:
+        """``api:applications``: the newest ``Limits.max_listed_references`` references;
+        when older ones are left out, ``ext:truncated`` says so and names the operation that
+        lists them all (``ext:listApplications``)."""
+        views, cut = self.service.applications(req.portal, principal=req.principal)
+        out = m.element("applications", *[m.app_reference(v) for v in views])
+        if cut:
+            ext = "{%s}" % ns.EXT
+            mark = etree.SubElement(out, ext + "truncated", nsmap={"ext": ns.EXT})
+            mark.set("listed", str(len(views)))
+            mark.set("operation", "listApplications")
+            mark.text = ("the newest %d applications only; ext:listApplications pages "
+                         "through them all" % len(views))
+        return out
 
     def list_applications(self, req: Request) -> etree._Element:
         """``ext:listApplications``: a page of the applications the caller may see, in creation

@@ -23,9 +23,16 @@ from cddlm.xpathsafe import XPathPool
 from cddlm.xsdtypes import format_datetime
 
 RP = "{%s}" % ns.WSRF_RP
+RP_DRAFT = "{%s}" % ns.WSRF_RP_DRAFT
+GET_ONE = (RP + "GetResourceProperty", RP_DRAFT + "GetResourceProperty")
 RL = "{%s}" % ns.WSRF_RL
 RPW = "http://docs.oasis-open.org/wsrf/rpw-2/"
+# the draft's WSDL (WS-Addressing's default action: its namespace/portType/output)
+RPW_DRAFT = "http://docs.oasis-open.org/wsrf/2004/06/wsrf-WS-ResourceProperties-1.2-draft-01.wsdl/"
 Builder = Callable[[], list[etree._Element]]
+# extension properties that were declared in the spec's namespace (spec 4.5.1 forbids it),
+# still answered under their old names for one release: old QName -> the property's own
+RENAMED = {"{%s}subscriptionStatus" % ns.API: "{%s}subscriptionStatus" % ns.EXT}
 
 
 @dataclass
@@ -35,7 +42,7 @@ class Properties:
     args: tuple = ()                     # what each builder is called with (a table built once)
 
     def get(self, qname: str) -> list[etree._Element]:
-        builder = self.builders.get(qname)
+        builder = self.builders.get(qname) or self.builders.get(RENAMED.get(qname, ""))
         if builder is None:
             raise InvalidPropertyQName("%s is not a resource property of this resource" % qname)
         return builder(*self.args)
@@ -65,7 +72,7 @@ def resolve_qname(el: etree._Element, value: str | None) -> str:
 def property_names(body: etree._Element) -> list[str]:
     """The property QNames a GetResourceProperty (one) or GetMultipleResourceProperties body
     names; ``InvalidPropertyQName`` when it is not written as the operation wants."""
-    if body.tag == RP + "GetResourceProperty":
+    if body.tag in GET_ONE:
         if len(body):
             raise InvalidPropertyQName("GetResourceProperty takes a QName as text, not elements")
         return [resolve_qname(body, body.text)]
@@ -79,7 +86,7 @@ def property_names(body: etree._Element) -> list[str]:
 def requested(body: etree._Element) -> list[str] | None:
     """The property QNames a GetResourceProperty or GetMultipleResourceProperties request
     names; None for any other request, or one its operation will refuse."""
-    if body.tag not in (RP + "GetResourceProperty", RP + "GetMultipleResourceProperties"):
+    if body.tag not in GET_ONE + (RP + "GetMultipleResourceProperties",):
         return None
     try:
         return property_names(body)
@@ -89,7 +96,9 @@ def requested(body: etree._Element) -> list[str] | None:
 
 def get_property(body: etree._Element, props: Properties) -> etree._Element:
     (qname,) = property_names(body)
-    response = etree.Element(RP + "GetResourcePropertyResponse", nsmap={"wsrf-rp": ns.WSRF_RP})
+    namespace = etree.QName(body).namespace     # answered in the request's version
+    response = etree.Element("{%s}GetResourcePropertyResponse" % namespace,
+                             nsmap={"wsrf-rp": namespace})
     response.extend(props.get(qname))
     return response
 
@@ -146,7 +155,7 @@ def query(body: etree._Element, props: Properties, xpath: XPathPool) -> etree._E
 
 def _result(kind: str, value: str) -> etree._Element:
     """A query result that is not an element, wrapped (the response must hold elements)."""
-    el = etree.Element("{%s}queryResult" % ns.API, nsmap={"api": ns.API})
+    el = etree.Element("{%s}queryResult" % ns.EXT, nsmap={"ext": ns.EXT})
     el.set("type", kind)
     el.text = value
     return el
@@ -160,6 +169,9 @@ def operations(source: Callable[[Request], Properties], xpath: XPathPool) -> dic
     return {
         RP + "GetResourceProperty": Operation(
             wrap(get_property), RPW + "GetResourceProperty/GetResourcePropertyResponse",
+            validate=False, direct=True),
+        RP_DRAFT + "GetResourceProperty": Operation(
+            wrap(get_property), RPW_DRAFT + "GetResourceProperty/GetResourcePropertyResponse",
             validate=False, direct=True),
         RP + "GetMultipleResourceProperties": Operation(
             wrap(get_multiple),

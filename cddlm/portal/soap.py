@@ -168,6 +168,10 @@ class Exchange:
                 principal = self.authenticate(env, headers)
             except Exception as e:   # AuthenticationFailed, or the store failing
                 raise to_fault(e) from None
+        if addressing.repeated is not None:
+            raise to_fault(AddressingError(
+                "InvalidCardinality", "the header %s is given more than once"
+                % etree.QName(addressing.repeated).localname, addressing.repeated))
         elsewhere = addressing.elsewhere()
         if elsewhere is not None:   # replies go back on the HTTP connection, never elsewhere
             where, address = elsewhere
@@ -355,6 +359,7 @@ def _fault_element(fault) -> etree._Element:
     if isinstance(det, etree._Element):
         holder = etree.SubElement(el, "detail")
         holder.append(det)
+        holder.extend(getattr(fault, "more_detail", ()))
     return el
 
 

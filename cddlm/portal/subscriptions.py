@@ -23,7 +23,7 @@ from cddlm.portal.soap import Endpoint, Operation, Request
 from cddlm.xpathsafe import XPathPool
 from cddlm.xsdtypes import format_datetime
 
-WSNT, RL = "{%s}" % ns.WSNT, "{%s}" % ns.WSRF_RL
+WSNT, RL, EXT = "{%s}" % ns.WSNT, "{%s}" % ns.WSRF_RL, "{%s}" % ns.EXT
 BW = ns.WSNTW + "/"
 RLW = ns.WSRF_RLW + "/"
 Producer = Callable[[Request], tuple[str, "str | None"]]     # request -> (producer, view)
@@ -114,7 +114,7 @@ class SubscriptionHandlers:
             WSNT + "CreationTime": lambda: [_time("CreationTime", sub.created)],
             RL + "CurrentTime": rp.current_time,
             RL + "TerminationTime": lambda: [rp.termination_time(sub.termination_time)],
-            m.q("subscriptionStatus"): lambda: [status(sub, self.subscriptions.undelivered(sub.id))],
+            EXT + "subscriptionStatus": lambda: [status(sub, self.subscriptions.undelivered(sub.id))],
         })
 
     def manager_endpoint(self) -> Endpoint:
@@ -131,20 +131,23 @@ class SubscriptionHandlers:
 
 
 def status(sub: Subscription, undelivered: int) -> etree._Element:
-    """``api:subscriptionStatus``: how delivery to this subscription's consumer goes
+    """``ext:subscriptionStatus``: how delivery to this subscription's consumer goes
     (``undelivered`` messages are queued for it)."""
-    el = m.element("subscriptionStatus")
-    m.sub(el, "state", sub.state)
-    m.sub(el, "undelivered", undelivered)
-    m.sub(el, "delivered", sub.delivered)
+    el = etree.Element(EXT + "subscriptionStatus", nsmap={"ext": ns.EXT})
+
+    def sub_(local: str, value: object) -> None:
+        etree.SubElement(el, EXT + local).text = str(value)
+    sub_("state", sub.state)
+    sub_("undelivered", undelivered)
+    sub_("delivered", sub.delivered)
     if sub.last_delivered is not None:
-        m.sub(el, "lastDelivery", format_datetime(sub.last_delivered))
+        sub_("lastDelivery", format_datetime(sub.last_delivered))
     if sub.failing_since is not None:
-        m.sub(el, "failingSince", format_datetime(sub.failing_since))
+        sub_("failingSince", format_datetime(sub.failing_since))
         if sub.due is not None and sub.state != "failed":
-            m.sub(el, "nextAttempt", format_datetime(sub.due))
+            sub_("nextAttempt", format_datetime(sub.due))
     if sub.last_error:
-        m.sub(el, "lastError", sub.last_error)
+        sub_("lastError", sub.last_error)
     if sub.failure:
-        m.sub(el, "failure", sub.failure)
+        sub_("failure", sub.failure)
     return el

@@ -113,13 +113,13 @@ def test_a_slow_message_filter_fails_its_subscription_and_holds_no_transaction(l
         deadline = time.monotonic() + 15
         status = ""
         while time.monotonic() < deadline:
-            status = live.post(manager, "<wsrf-rp:GetResourceProperty>api:subscriptionStatus"
+            status = live.post(manager, "<wsrf-rp:GetResourceProperty>ext:subscriptionStatus"
                                         "</wsrf-rp:GetResourceProperty>")
-            if status.text("//api:state") == "failed":
+            if status.text("//ext:state") == "failed":
                 break
             time.sleep(0.2)
-        assert status.text("//api:state") == "failed", status.data[:800]
-        assert "budget" in status.text("//api:failure")
+        assert status.text("//ext:state") == "failed", status.data[:800]
+        assert "budget" in status.text("//ext:failure")
         assert live.state_of(created) == "instantiated"
     live.after()
 

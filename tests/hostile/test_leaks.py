@@ -90,8 +90,8 @@ def test_a_subscription_cannot_tell_a_closed_port_from_a_silent_one(live):
         deadline = time.monotonic() + 20
         errors = []
         while time.monotonic() < deadline:
-            errors = [live.post(m, "<wsrf-rp:GetResourceProperty>api:subscriptionStatus"
-                                   "</wsrf-rp:GetResourceProperty>").text("//api:lastError") for m in managers]
+            errors = [live.post(m, "<wsrf-rp:GetResourceProperty>ext:subscriptionStatus"
+                                   "</wsrf-rp:GetResourceProperty>").text("//ext:lastError") for m in managers]
             if all(errors):
                 break
             time.sleep(0.2)

@@ -2,11 +2,13 @@
 host credentials go to the host portals its datacenter names and nowhere else; a ``delegate``
 component may name only a portal the operator allows (``--allow-delegate-url``) on a network
 the outbound policy allows, refused at initialize otherwise; mutual TLS is never downgraded to
-plain http; a host portal's HTTP 429 is silence under the lease, not a failure; and a portal
+plain http; a host portal's HTTP 429, and its proxy's 502, 503 and 504 pages, are silence
+under the lease, not a failure; and a portal
 serving no WSDL is delegated to all the same."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from xml.sax.saxutils import escape
 
@@ -131,25 +133,68 @@ def test_a_host_portals_429_is_silence_under_the_lease_not_a_failure(tmp_path):
     proxy = Proxy()
     limited = threading.Event()
     proxy.refuse = lambda request: LIMITED if limited.is_set() else None
+    with running_behind(proxy, tmp_path, 10.0) as (mh, rogue, app):
+        asked = len(rogue.requests)
+        limited.set()
+        # the front asks through the 429s (liveness, the host monitor) for 4 s
+        assert wait_for(lambda: len(rogue.requests) > asked + 4, 20)
+        assert not wait_for(lambda: app.state() != "running", 4, 0.2), app.ping()
+        limited.clear()
+        assert app.state() == "running"
+        assert not [h for h in Portal(mh.front.url, failover=False).hosts() if h["down"]]
+        app.terminate()
+        assert app.wait_for("terminated", timeout=60) == "terminated"
+
+
+@contextlib.contextmanager
+def running_behind(proxy: Proxy, tmp_path, lease: float):
+    """A one-host cluster whose host portal is reached through ``proxy`` (the host portal gives
+    the proxy's address in its EPRs), and an application running on it: (cluster, the proxy's
+    Rogue, the application)."""
     with Rogue(proxy) as rogue:
-        mh = MultiHost(tmp_path, n=1, lease=10.0, host_args=["--public-url", rogue.base])
+        mh = MultiHost(tmp_path, n=1, lease=lease, host_args=["--public-url", rogue.base])
         proxy.target = lambda: "http://%s:%d" % (mh.hosts[0].address, AGENT_PORT)
         with mh:
             app = Portal(mh.front.url, failover=False).create()
             app.initialize(ns.NATIVE, text="""<application xmlns="urn:cddlm:lang:components:1">
                 %s</application>""" % HERE_ON_H1)
             app.run()
-            assert app.wait_for("running", timeout=60) == "running", app.ping()
-            asked = len(rogue.requests)
-            limited.set()
-            # the front asks through the 429s (liveness, the host monitor) for 4 s
-            assert wait_for(lambda: len(rogue.requests) > asked + 4, 20)
-            assert not wait_for(lambda: app.state() != "running", 4, 0.2), app.ping()
-            limited.clear()
-            assert app.state() == "running"
-            assert not [h for h in Portal(mh.front.url, failover=False).hosts() if h["down"]]
-            app.terminate()
-            assert app.wait_for("terminated", timeout=60) == "terminated"
+            assert app.wait_for("running", timeout=90) == "running", app.ping()
+            yield mh, rogue, app
+
+
+def test_a_host_portals_proxy_saying_not_now_is_silence_under_the_lease(tmp_path):
+    """A proxy in front of a host portal answers its 503, 502 and 504 pages (HTML, no SOAP) to
+    the first tries of each create, initialize, run and terminate the front sends there: within
+    the lease that is silence, tried again, not a refusal that fails the component (a
+    delegate's portal answering so refuses at once: the tests of issue 29 item 5)."""
+    proxy = Proxy()
+    pages = {}      # operation -> the pages answered to it so far
+    lock = threading.Lock()
+
+    def refuse(request):
+        op = next((o for o in ("create", "initialize", "run", "terminate")
+                   if b"%sRequest" % o.encode() in request.body), None)
+        with lock:
+            answered = pages.setdefault(op, []) if op else []
+            if op is None or len(answered) >= 3:
+                return None
+            status = (503, 502, 504)[len(answered)]
+            answered.append(status)
+        return http_answer(status, b"<html><body>%d: try again later</body></html>" % status,
+                           "text/html")
+    proxy.refuse = refuse
+    with running_behind(proxy, tmp_path, 20.0) as (mh, rogue, app):
+        assert {op: pages.get(op) for op in ("create", "initialize", "run")} == \
+            {op: [503, 502, 504] for op in ("create", "initialize", "run")}
+        assert not [h for h in Portal(mh.front.url, failover=False).hosts() if h["down"]]
+        h1 = Portal(mh.hosts[0].url, failover=False,
+                    credentials=Credentials(FRONT_USER, FRONT_PASSWORD))
+        assert len(h1.applications()) == 1      # created once, for all the tries
+        app.terminate()
+        assert app.wait_for("terminated", timeout=90) == "terminated"
+        assert pages.get("terminate") == [503, 502, 504]
+        assert wait_for(lambda: [a.state() for a in h1.applications()] in ([], ["terminated"]), 30)
 
 
 def test_a_portal_serving_no_wsdl_is_delegated_to(live_portal, tmp_path):

@@ -114,8 +114,9 @@ class Soap:
         return self.call(sub, "<wsnt:%s/>" % local, fault=fault)
 
     def status(self, sub: str) -> dict:
-        doc = self.call(sub, "<wsrf-rp:GetResourceProperty>api:subscriptionStatus</wsrf-rp:GetResourceProperty>")
-        el = doc.find(".//{%s}subscriptionStatus" % ns.API)
+        doc = self.call(sub, '<wsrf-rp:GetResourceProperty xmlns:ext="%s">ext:subscriptionStatus'
+                             '</wsrf-rp:GetResourceProperty>' % ns.EXT)
+        el = doc.find(".//{%s}subscriptionStatus" % ns.EXT)
         return {etree.QName(c).localname: c.text for c in el}
 
     # -- the application's lifecycle, through the use cases ----------------------------------------

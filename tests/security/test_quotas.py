@@ -1,10 +1,11 @@
-"""Quotas per owner (``--quota``): a user who would exceed one gets api:QuotaExceededFault
+"""Quotas per owner (``--quota``): a user who would exceed one gets ext:QuotaExceededFault
 naming it, and nothing changes; an administrator has none; destroying frees the place."""
 
 from __future__ import annotations
 
 import pytest
 
+from cddlm import ns
 from cddlm.client import Credentials, Listener, Portal, PortalFault
 from tests.security import wire
 from tests.security.conftest import PASSWORDS
@@ -29,7 +30,7 @@ def many(n: int, pad: int = 0) -> str:
 
 def exceeded(info, quota: str) -> None:
     assert info.value.fault == "QuotaExceededFault", info.value
-    assert info.value.detail.findtext("{%s}quota" % "http://www.gridforum.org/cddlm/deployapi/2005/02") == quota
+    assert info.value.detail.findtext("{%s}quota" % ns.EXT) == quota
     assert "quota exceeded" in info.value.message
 
 
