@@ -38,7 +38,8 @@ one such deadline, and only ``--agent-request-slots`` at once (more: ``Busy``, t
 
 Faults become ``RemoteFault`` (the fault element kept as ``cause``); silence, refusals, answers
 that are not SOAP or too large, and HTTP 429 (a limiter's "not now") become
-``AgentUnreachable`` (judged by the lease); a sub-application the portal does not know becomes
+``AgentUnreachable`` (judged by the lease), as does a ``ResourceUnavailableFault`` (its "not
+now"); a sub-application the portal does not know becomes
 ``Gone``.
 """
 
@@ -66,6 +67,9 @@ from cddlm.transport import Reply
 KEYS = {"user", "password", "token", "ca_file", "client_cert", "client_key",
         "ssh_key", "known_hosts"}     # the last two: SSH hosts (application/enactment/ssh.py)
 GONE_FAULTS = {"ResourceUnknownFault", "NoSuchApplicationFault"}
+# "not now" (errors.Busy: too many password checks at once, its store out of reach): silence
+# judged by the lease, never a failure of the components asked about
+BUSY_FAULTS = {"ResourceUnavailableFault"}
 ANY_NETWORK = ("0.0.0.0/0", "::/0")     # the hosts the operator's datacenter names
 
 
@@ -170,6 +174,8 @@ class ClientHostPortal:
         except client.PortalFault as e:
             if e.fault in GONE_FAULTS:
                 raise Gone(str(e)) from None
+            if e.fault in BUSY_FAULTS:
+                raise AgentUnreachable("%s is busy: %s" % (self.url, e)) from None
             cause = etree.tostring(e.detail, encoding="unicode") if e.detail is not None else None
             raise RemoteFault("%s answered %s" % (self.url, e), cause) from None
         except client.Unreachable as e:

@@ -14,12 +14,16 @@ differently (the leaf of step 0 and the leaf of step 2 of one sequence) go to di
 sub-applications, started when the engine's planner starts them; leaves that no sequence
 orders against each other share one.
 
-The engine calls this runner per component as it calls the local runner (deploy, start,
-stop, check). Each call reads the sub-application's status (one ``ping``, shared by the
-calls of a short moment); a sub-application not there yet answers ``Later``: the work item is
-asked again shortly, holding no worker. A host portal that does not answer is the host
-monitor's business (``Agents``): after the lease it marks the host down, which fails its
-components and the application with a reason naming the host.
+The engine gives this runner a batch's components of its host at once (``deploy_many``,
+``start_many``, ``stop_many``), and the hosts of a batch side by side (``parallel``): each
+start group's share is created and initialized with one call, run with one, terminated and
+destroyed with one each, and watched with one ``ping`` per share and round (shared by the
+batches and liveness checks of a short moment) until its components report; a host portal's
+notification ends the pause between rounds at once. A share that cannot go on yet (its host
+portal silent, a value from elsewhere not there yet) has its components asked again shortly,
+holding no worker. A host portal that does not answer is the host monitor's business
+(``Agents``): after the lease it marks the host down, which fails its components and the
+application with a reason naming the host.
 
 This module speaks to host portals through ``HostPortal`` objects that the composition root
 makes from ``cddlm.client`` (``cddlm/agents.py``): the application layer knows runners, not
@@ -34,12 +38,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from sqlalchemy import insert, select, update
 
 from cddlm.application import repository as repo
-from cddlm.application.enactment.local import Later, Outcome, Target
+from cddlm.application.enactment.local import Later, Outcome, Report, Target
 from cddlm.application.fencing import DELEGATED_PREFIX
 from cddlm.application.hosts import Host
 from cddlm.application.store import Store
@@ -52,8 +56,10 @@ from cddlm.lang.model import Component, Deployment, Lazy
 log = logging.getLogger(__name__)
 
 FOREIGN_WAIT = 120.0    # seconds a share waits for another host's value before it fails
-SETTLE = 1.0            # seconds a deploy or start watches its sub-application before Later
 STATUS_TTL = 0.2        # seconds one ping of a sub-application answers for every component
+AWAIT = 60.0            # seconds a batch watches its shares on a host before asking again later
+FIRST_PAUSE = 0.05      # seconds between a batch's first looks at its shares ...
+LAST_PAUSE = 1.0        # ... growing to this (a notification from the host portal ends a pause)
 DOWN_PREFIX = "unreachable"     # the reason the host monitor gives; only it lifts such a mark
 CONTAINERS = ("compound", "sequence", "parallel")
 
@@ -204,6 +210,7 @@ def describe(host: str, ref: Ref | None, reason: str) -> str:
 # -- the runner -----------------------------------------------------------------------------------
 class RemoteRunner:
     remote = True
+    parallel = True         # a batch's hosts are enacted side by side (each waits on its own portal)
     monitored = True        # the host monitor (``Agents``) decides when silence is a failure
     _silent_since: float | None = None
 
@@ -225,6 +232,8 @@ class RemoteRunner:
         self._ready: dict[str, Any] = {}           # token -> its row once initialized there
         self._foreigns: dict[tuple[int, str], set[str]] = {}   # (shape, group) -> references out
         self._waiting: dict[str, float] = {}       # token -> since when it waits for a value
+        self._notice = threading.Condition()       # notified by ``forget`` (a host's notification)
+        self._notices = 0
         # the runners of the other remote hosts (set by the composition root): where a lazy
         # reference to a component on another host is resolved
         self.peers: dict[str, "RemoteRunner"] = {}
@@ -449,8 +458,12 @@ class RemoteRunner:
             return st
 
     def forget(self) -> None:
-        """Drop cached statuses (a notification came: the next look pings again)."""
+        """Drop cached statuses (a notification came: the next look pings again), and wake the
+        batches watching their shares here."""
         self._status.clear()
+        with self._notice:
+            self._notices += 1
+            self._notice.notify_all()
 
     # -- the runner interface -----------------------------------------------------------------------
     def _component(self, st: Status, path: str) -> tuple[str, str]:
@@ -483,65 +496,132 @@ class RemoteRunner:
         return Outcome("failed", describe(self.host.name, None, reason), runtime={
             "remote": remote_info(self.host.name, self.host.agent, None, reason, cause)})
 
-    def _call(self, fn: Callable[[], Outcome]) -> Outcome:
+    def _guard(self, members: list[tuple[Any, str]], fn: Callable[[], list]) -> list:
+        """``fn()``'s (key, outcome) pairs for a share's ``members``; a fault or a lost
+        sub-application fails them all, naming the host; silence is ``Later`` (or, for a
+        delegate's portal, which no host monitor watches, a failure after the lease)."""
         try:
             out = fn()
             self._silent_since = None
             return out
         except AgentUnreachable as e:
             if not self.monitored:
-                # no host monitor watches a delegate's portal: silence for a lease fails it
                 since = self._silent_since = self._silent_since or time.monotonic()
                 if time.monotonic() - since > self.settings.agent_lease:
-                    return self._failed("the portal gave no answer for %.0f s: %s" % (
+                    failed = self._failed("the portal gave no answer for %.0f s: %s" % (
                         time.monotonic() - since, e))
+                    return [(key, failed) for key, _ in members]
             raise Later(1.0, str(e)) from None
         except RemoteFault as e:
-            return self._failed("the host portal answered with a fault: %s" % e.message, e.cause)
+            failed = self._failed("the host portal answered with a fault: %s" % e.message, e.cause)
         except Gone as e:
-            return self._failed("the host portal no longer knows the sub-application: %s" % e)
+            failed = self._failed("the host portal no longer knows the sub-application: %s" % e)
+        return [(key, failed) for key, _ in members]
 
-    def deploy(self, t: Target) -> Outcome:
-        def go() -> Outcome:
-            _, shape = self._app(t.app_id)
-            if self._foreign(shape, self._group(shape, t.path)):
-                # it needs values of components elsewhere that exist once those run: the
-                # share is sent when its group starts, after them
-                row = self._ensure(t.app_id, t.path, initialize=False)
-                return Outcome("deployed", runtime={"subApplication": row.address,
-                                                    "subApplicationId": row.resource_id,
-                                                    "hostPortal": self.host.agent})
-            row = self._ensure(t.app_id, t.path)
-            return self._settle(row, t.path, ("deployed", "starting", "running", "completed"),
-                                "deployed", "the sub-application is still deploying")
-        return self._call(go)
+    def _outcomes(self, row: Any, st: Status, members: list[tuple[Any, str]],
+                  wanted: tuple[str, ...], event: str) -> list:
+        return [(key, out) for key, out in ((key, self._outcome(row, st, path, wanted, event))
+                                            for key, path in members) if out is not None]
 
-    def _settle(self, row: Any, path: str, wanted: tuple[str, ...], event: str, why: str) -> Outcome:
-        """The outcome once the component is in a ``wanted`` state (or failed), watching for up
-        to ``SETTLE`` seconds (a share settles in about that); ``Later`` after that."""
-        deadline = time.monotonic() + SETTLE
-        while True:
-            out = self._outcome(row, self.status(row), path, wanted, event)
-            if out is not None:
-                return out
+    def _shares(self, jobs: list[tuple[Any, Target]]) -> dict[str, list[tuple[Any, str]]]:
+        """A batch's (key, path) pairs by start group: one sub-application each."""
+        _, shape = self._app(jobs[0][1].app_id)
+        out: dict[str, list[tuple[Any, str]]] = {}
+        for key, t in jobs:
+            out.setdefault(self._group(shape, t.path), []).append((key, t.path))
+        return out
+
+    def _rounds(self, shares: dict[str, list[tuple[Any, str]]],
+                look: Callable[[str, list[tuple[Any, str]]], list], keep_lease, report: Report,
+                why: str) -> None:
+        """Ask ``look(share, members)`` about each share (one ping of its sub-application) in
+        rounds until every member is reported; it returns the (key, outcome) pairs known now.
+        Between rounds: until the host portal notifies a change, or a pause that grows from
+        ``FIRST_PAUSE`` to ``LAST_PAUSE``, keeping the batch's lease. After ``AWAIT`` seconds,
+        or when a share cannot go on yet (``Later``), the members not reported are asked again
+        later, holding no worker meanwhile."""
+        deadline = time.monotonic() + AWAIT
+        pause = FIRST_PAUSE
+        later: Later | None = None
+        seen = self._notices
+        while shares:
+            for name in list(shares):
+                try:
+                    done = look(name, shares[name])
+                except Later as e:
+                    later = e if later is None or e.delay < later.delay else later
+                    del shares[name]
+                    continue
+                if done:
+                    report(done)
+                    gone = {id(key) for key, _ in done}
+                    shares[name] = [m for m in shares[name] if id(m[0]) not in gone]
+                if not shares[name]:
+                    del shares[name]
+            if not shares:
+                break
             if time.monotonic() > deadline:
                 raise Later(0.3, why)
-            time.sleep(STATUS_TTL / 2)
+            keep_lease()
+            seen = self._pause(pause, seen)
+            pause = min(LAST_PAUSE, pause * 1.5)
+        if later is not None:
+            raise later
 
-    def start(self, t: Target, known_pid: int | None, known_start: str | None, keep_lease) -> Outcome:
-        def go() -> Outcome:
-            row = self._ensure(t.app_id, t.path)
-            if row.asked == "initialized":
-                with self._token_lock(row.token):
-                    st = self.status(row, fresh=True)
-                    if st.state == "instantiated":
-                        raise Later(0.3, "the sub-application is still deploying")
-                    if st.state == "initialized":
-                        self.portal().run(Ref(row.address, row.resource_id or ""))
-                    self._set(row.token, asked="running")
-            return self._settle(row, t.path, ("running", "completed"), "running",
-                                "the sub-application is still starting")
-        return self._call(go)
+    def _pause(self, seconds: float, seen: int) -> int:
+        """Wait up to ``seconds`` for a notification newer than ``seen``; the newest one's number."""
+        with self._notice:
+            if self._notices == seen:
+                self._notice.wait(seconds)
+            return self._notices
+
+    def deploy_many(self, jobs: Iterable[tuple[Any, Target]], keep_lease, report: Report) -> None:
+        """Deploy a batch's components of this host: each start group's share is made and sent
+        whole, in one ``initialize`` (``_ensure``), then watched with one ping per round until
+        each component is deployed or failed. A share needing values of components elsewhere,
+        which exist once those run, is only made now: it is sent when its group starts."""
+        jobs = list(jobs)
+        app_id = jobs[0][1].app_id
+
+        def look(group: str, members: list[tuple[Any, str]]) -> list:
+            def go() -> list:
+                _, shape = self._app(app_id)
+                if self._foreign(shape, group):
+                    row = self._ensure(app_id, members[0][1], initialize=False)
+                    out = Outcome("deployed", runtime={"subApplication": row.address,
+                                                       "subApplicationId": row.resource_id,
+                                                       "hostPortal": self.host.agent})
+                    return [(key, out) for key, _ in members]
+                row = self._ensure(app_id, members[0][1])
+                return self._outcomes(row, self.status(row), members,
+                                      ("deployed", "starting", "running", "completed"), "deployed")
+            return self._guard(members, go)
+        self._rounds(self._shares(jobs), look, keep_lease, report,
+                     "the sub-application is still deploying")
+
+    def start_many(self, jobs: Iterable[tuple[Any, Target, Any, Any]], keep_lease,
+                   report: Report) -> None:
+        """Start a batch's components of this host: one ``run`` per share (recorded, so it is
+        asked once), then one ping per share and round until each runs or failed."""
+        jobs = [(key, t) for key, t, *_ in jobs]
+        app_id = jobs[0][1].app_id
+
+        def look(group: str, members: list[tuple[Any, str]]) -> list:
+            def go() -> list:
+                row = self._ensure(app_id, members[0][1])
+                if row.asked == "initialized":
+                    with self._token_lock(row.token):
+                        st = self.status(row, fresh=True)
+                        if st.state == "instantiated":
+                            return []       # still deploying: the next round looks again
+                        if st.state == "initialized":
+                            self.portal().run(Ref(row.address, row.resource_id or ""))
+                        self._set(row.token, asked="running")
+                return self._outcomes(row, self.status(row), members, ("running", "completed"),
+                                      "running")
+            return self._guard(members, go)
+        self._rounds(self._shares(jobs), look, keep_lease, report,
+                     "the sub-application is still starting")
 
     def check(self, t: Target, pid: int | None, started: str | None) -> Outcome | None:
         row = self._row(t.app_id, t.path)
@@ -559,36 +639,58 @@ class RemoteRunner:
         out = self._outcome(row, st, t.path, ("running", "completed", "starting", "deployed"), "running")
         return out if out is not None and out.event in ("failed", "completed") else None
 
-    def stop(self, t: Target, pid: int | None, started: str | None, keep_lease) -> Outcome:
-        row = self._row(t.app_id, t.path)
-        if row is None or row.address is None or row.asked == "destroyed":
-            return Outcome("stopped")
-        ref = Ref(row.address, row.resource_id or "")
+    def stop_many(self, jobs: Iterable[tuple[Any, Target, Any, Any]], keep_lease,
+                  report: Report) -> None:
+        """Stop a batch's components of this host: each sub-application holding some is
+        terminated once (recorded), watched with one ping per round, and destroyed when it
+        has terminated; a component is stopped when it is (or its sub-application is gone)."""
+        jobs = [(key, t) for key, t, *_ in jobs]
         try:
-            with self._token_lock(row.token):
-                if row.asked != "terminated":
-                    self.portal().terminate(ref, "terminated by its front portal")
-                    self._set(row.token, asked="terminated")
-                st = self.status(row, fresh=True)
-                if st.state == "terminated":
-                    self.portal().destroy(ref)
-                    self._set(row.token, asked="destroyed")
-                    return Outcome("stopped")
-            state, _ = st.components.get(t.path, ("", ""))
-            if state in ("stopped", "failed", "pending"):
-                return Outcome("stopped")
-            raise Later(0.3, "the sub-application is still stopping")
+            shares = self._shares(jobs)
         except Gone:
-            self._set(row.token, asked="destroyed")
-            return Outcome("stopped")
-        except AgentUnreachable as e:
-            if self._abandoned():
-                # the operator marked the host down: its part is given up, not waited for
-                return Outcome("stopped", "host %s is marked down: its part was abandoned "
-                                          "(sub-application %s)" % (self.host.name, row.resource_id))
-            raise Later(1.0, str(e)) from None
-        except RemoteFault as e:
-            raise Later(2.0, "fault while terminating: %s" % e.message) from None
+            report([(key, Outcome("stopped")) for key, _ in jobs])
+            return
+        rows: dict[str, Any] = {}
+        for group, members in list(shares.items()):
+            row = self._row(jobs[0][1].app_id, members[0][1])
+            if row is None or row.address is None or row.asked == "destroyed":
+                report([(key, Outcome("stopped")) for key, _ in shares.pop(group)])
+            else:
+                rows[group] = row
+
+        def look(group: str, members: list[tuple[Any, str]]) -> list:
+            with self.store.read() as conn:
+                row = conn.execute(select(delegations).where(
+                    delegations.c.token == rows[group].token)).first()
+            stopped = [(key, Outcome("stopped")) for key, _ in members]
+            if row is None or row.asked == "destroyed":
+                return stopped
+            ref = Ref(row.address, row.resource_id or "")
+            try:
+                with self._token_lock(row.token):
+                    if row.asked != "terminated":
+                        self.portal().terminate(ref, "terminated by its front portal")
+                        self._set(row.token, asked="terminated")
+                    st = self.status(row, fresh=True)
+                    if st.state == "terminated":
+                        self.portal().destroy(ref)
+                        self._set(row.token, asked="destroyed")
+                        return stopped
+                return [(key, Outcome("stopped")) for key, path in members
+                        if st.components.get(path, ("", ""))[0] in ("stopped", "failed", "pending")]
+            except Gone:
+                self._set(row.token, asked="destroyed")
+                return stopped
+            except AgentUnreachable as e:
+                if self._abandoned():
+                    # the operator marked the host down: its part is given up, not waited for
+                    out = Outcome("stopped", "host %s is marked down: its part was abandoned "
+                                             "(sub-application %s)" % (self.host.name, row.resource_id))
+                    return [(key, out) for key, _ in members]
+                raise Later(1.0, str(e)) from None
+            except RemoteFault as e:
+                raise Later(2.0, "fault while terminating: %s" % e.message) from None
+        self._rounds(shares, look, keep_lease, report, "the sub-application is still stopping")
 
     def _abandoned(self) -> bool:
         """Whether an operator (not the host monitor) marked this host down."""
