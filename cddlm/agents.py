@@ -202,7 +202,17 @@ class ClientHostPortal:
                                                    options={opts.CLIENT_TOKEN: token}))
 
     def run(self, ref: Ref) -> None:
-        self._do(lambda: self._app(ref).run())
+        """Run; a sub-application already asked to run (by an earlier try whose answer was
+        lost, a front portal killed before it recorded the ask) is no error: the lifecycle
+        refuses a second run while it starts (initialized, desired running) or once it runs."""
+        def go() -> None:
+            try:
+                self._app(ref).run()
+            except client.PortalFault as e:
+                if e.fault != "WrongStateFault" or \
+                        self._app(ref).ping().get("state") not in ("initialized", "running"):
+                    raise
+        self._do(go)
 
     def terminate(self, ref: Ref, reason: str) -> None:
         self._do(lambda: self._app(ref).terminate(reason))

@@ -57,6 +57,7 @@ log = logging.getLogger(__name__)
 
 FOREIGN_WAIT = 120.0    # seconds a share waits for another host's value before it fails
 STATUS_TTL = 0.2        # seconds one ping of a sub-application answers for every component
+ROW_TTL = 1.0           # seconds one read of a delegation answers for its share's components
 AWAIT = 60.0            # seconds a batch watches its shares on a host before asking again later
 FIRST_PAUSE = 0.05      # seconds between a batch's first looks at its shares ...
 LAST_PAUSE = 1.0        # ... growing to this (a notification from the host portal ends a pause)
@@ -229,6 +230,7 @@ class RemoteRunner:
         self._locks: dict[str, threading.Lock] = {}
         self._status: dict[str, tuple[float, Status]] = {}
         self._shapes: dict[str, Shape] = {}        # app id -> its tree, placement, start groups
+        self._rows: dict[tuple[str, str], tuple[float, Any]] = {}  # (app, group) -> (when read, row)
         self._ready: dict[str, Any] = {}           # token -> its row once initialized there
         self._foreigns: dict[tuple[int, str], set[str]] = {}   # (shape, group) -> references out
         self._waiting: dict[str, float] = {}       # token -> since when it waits for a value
@@ -274,6 +276,7 @@ class RemoteRunner:
                     continue
             with self.store.write() as conn:
                 conn.execute(delegations.delete().where(delegations.c.token == row.token))
+            self._rows.clear()
 
     def _end(self, ref: Ref, reason: str) -> None:
         """Terminate a sub-application, wait (bounded) until it is, and destroy it."""
@@ -327,16 +330,29 @@ class RemoteRunner:
         return shape.groups.get(path, "0")
 
     def _row(self, app_id: str, path: str) -> Any:
-        """The newest delegation of this host holding ``path`` (None: never delegated)."""
-        try:
-            _, shape = self._app(app_id)
-        except Gone:
-            return None
+        """The newest delegation of this host holding ``path`` (None: never delegated). Read
+        at most every ``ROW_TTL`` seconds per share (a liveness pass asks for each of its
+        components; this portal's own changes, ``_set``, are seen at once)."""
+        shape = self._shapes.get(app_id)
+        if shape is None:
+            try:
+                _, shape = self._app(app_id)
+            except Gone:
+                return None
+        key = (app_id, self._group(shape, path))
+        cached = self._rows.get(key)
+        if cached is not None and time.monotonic() - cached[0] < ROW_TTL:
+            return cached[1]
         with self.store.read() as conn:
-            return conn.execute(select(delegations).where(
+            row = conn.execute(select(delegations).where(
                 delegations.c.app_id == app_id, delegations.c.host == self.host.name,
-                delegations.c.grp == self._group(shape, path))
+                delegations.c.grp == key[1])
                 .order_by(delegations.c.generation.desc())).first()
+        with self._lock:
+            if len(self._rows) > 4096:
+                self._rows.clear()
+            self._rows[key] = (time.monotonic(), row)
+        return row
 
     def _ensure(self, app_id: str, path: str, initialize: bool = True) -> Any:
         """The delegation holding ``path``: recorded, created and initialized on the host
@@ -357,6 +373,7 @@ class RemoteRunner:
                         token=token, app_id=app_id, host=self.host.name, grp=group,
                         generation=app.generation, asked="created", updated=now))
                     row = conn.execute(select(delegations).where(delegations.c.token == token)).first()
+                self._rows.clear()
             if row.address is None:
                 ref = self.portal().create(token)
                 self._set(token, address=ref.address, resource_id=ref.resource_id)
@@ -437,6 +454,7 @@ class RemoteRunner:
 
     def _set(self, token: str, **values: Any) -> None:
         self._ready.pop(token, None)
+        self._rows.clear()
         with self.store.write() as conn:
             conn.execute(update(delegations).where(delegations.c.token == token)
                          .values(updated=self.clock(), **values))
@@ -611,6 +629,11 @@ class RemoteRunner:
                 row = self._ensure(app_id, members[0][1])
                 if row.asked == "initialized":
                     with self._token_lock(row.token):
+                        with self.store.read() as conn:     # another batch may have run it
+                            row = conn.execute(select(delegations).where(
+                                delegations.c.token == row.token)).first()
+                        if row.asked != "initialized":
+                            return []
                         st = self.status(row, fresh=True)
                         if st.state == "instantiated":
                             return []       # still deploying: the next round looks again
