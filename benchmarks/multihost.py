@@ -138,9 +138,11 @@ def main() -> None:
     slots = int(1.5 * max(sizes) / args.hosts) + 1
     results: dict = {"multi": {}, "single": {}}
     load = [os.getloadavg()[0]]
+    # the front signs in to its host portals as a user: its quotas must hold a host's share
+    share = ["--quota", "components=%d" % (2 * slots), "--quota", "descriptor_bytes=%d" % (400 * slots)]
     try:
-        with MultiHost(folder / "cluster", n=args.hosts, lease=args.lease, racks=2,
-                       slots=slots, front_args=["--workers", str(args.workers)]) as mh:
+        with MultiHost(folder / "cluster", n=args.hosts, lease=args.lease, racks=2, slots=slots,
+                       front_args=["--workers", str(args.workers)], host_args=share) as mh:
             where = "network namespaces" if mh.netns else "loopback addresses"
             print("%d host portals on %s; applications of %s components" % (
                 args.hosts, where, ", ".join(str(n) for n in sizes)), flush=True)

@@ -49,7 +49,7 @@ from cddlm.application.hosts import Host, Hosts
 from cddlm.application.store import Store
 from cddlm.application.tables import components
 from cddlm.config import Settings
-from cddlm.errors import CddlmError, StoreUnavailable
+from cddlm.errors import CddlmError, ResolutionError, StoreUnavailable
 from cddlm.lang.model import Deployment
 
 log = logging.getLogger(__name__)
@@ -233,6 +233,18 @@ class Engine:
         workdir = (lambda p: runner.component_dir(app.id, p)) if runner else (lambda p: "")
         return HostValues(app, self.tree(app), rows, comp.host or "", comp.path, workdir,
                           self._ports, getattr(runner, "hostname", None))
+
+    def own_value(self, app_id: str, target: str):
+        """A runtime value (``COMPONENT/NAME``) of a component this portal enacts on a host of
+        its own, as a reference of one of its components would read it (``ResolutionError``
+        while there is none yet): what a share sent to a host portal carries in its place."""
+        with self.store.read() as conn:
+            app = repo.get_app(conn, app_id)
+            comp = repo.get_component(conn, app_id, target.rpartition("/")[0]) if app else None
+        if app is None or comp is None:
+            raise ResolutionError("%s names no component" % target, kind="dangling-reference",
+                                  path=target)
+        return self.values(app, _Rows(self.store, app_id, [comp]), comp).reference(target)
 
     def _ports(self, host: str | None, pid: int, started: str | None) -> list[int]:
         """The ports a process listens on: from /proc where it runs on this machine, else from

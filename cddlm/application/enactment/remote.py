@@ -239,6 +239,10 @@ class RemoteRunner:
         # the runners of the other remote hosts (set by the composition root): where a lazy
         # reference to a component on another host is resolved
         self.peers: dict[str, "RemoteRunner"] = {}
+        # the hosts this portal enacts itself, and a value of a component there (app id,
+        # target; ``ResolutionError`` while it has none): set by the composition root
+        self.own_hosts: set[str] = set()
+        self.own_value: Callable[[str, str], Any] | None = None
 
     # -- plumbing ---------------------------------------------------------------------------------
     def portal(self) -> HostPortal:
@@ -420,19 +424,25 @@ class RemoteRunner:
 
     def _resolve_elsewhere(self, app_id: str, placed: dict[str, str | None], target: str,
                            token: str) -> Any:
-        """A runtime value of a component another host portal runs, through its ``resolve``;
-        ``Later`` while it has none yet (for at most ``FOREIGN_WAIT`` seconds)."""
+        """A runtime value of a component another host portal runs, through its ``resolve``, or
+        one this portal runs on a host of its own, from its record; ``Later`` while it has none
+        yet (for at most ``FOREIGN_WAIT`` seconds)."""
         comp_path = target.rpartition("/")[0]
-        peer = self.peers.get(placed.get(comp_path) or "")
-        if peer is None:
-            raise RemoteFault("%s is on host %s, which no host portal runs: a host portal "
-                              "resolves only what portals run" % (target, placed.get(comp_path)))
-        row = peer._row(app_id, comp_path)
+        where = placed.get(comp_path) or ""
+        peer = self.peers.get(where)
         try:
-            if row is None or row.address is None:
-                raise RemoteFault("%s is not delegated yet" % comp_path)
-            value = peer.portal().resolve(Ref(row.address, row.resource_id or ""), target)
-        except (RemoteFault, AgentUnreachable, Gone) as e:
+            if peer is None and where in self.own_hosts and self.own_value is not None:
+                # on a host this portal enacts itself (``local``, SSH, Slurm): its own record
+                value = self.own_value(app_id, target)
+            elif peer is None:
+                raise RemoteFault("%s is on host %s, which neither this portal nor a host portal "
+                                  "runs" % (target, where))
+            else:
+                row = peer._row(app_id, comp_path)
+                if row is None or row.address is None:
+                    raise RemoteFault("%s is not delegated yet" % comp_path)
+                value = peer.portal().resolve(Ref(row.address, row.resource_id or ""), target)
+        except (CddlmError, AgentUnreachable, Gone) as e:
             since = self._waiting.setdefault(token, time.monotonic())
             if time.monotonic() - since > FOREIGN_WAIT:
                 raise RemoteFault("%s has no value after %.0f s: %s" % (target, FOREIGN_WAIT, e)) from None

@@ -1,0 +1,77 @@
+"""Lazy references between a component on one of the front portal's own (``local``) hosts and
+one on a host portal (issue 28 item 6): the share sent to the host portal carries the local
+component's value, read from the front's own record."""
+
+from __future__ import annotations
+
+import pytest
+
+from cddlm import ns
+from cddlm.client import Portal
+from tests.multihost.cluster import MultiHost
+from tests.multihost.test_delegation import host_portal_client
+
+REMOTE_TO_LOCAL = """<application xmlns="urn:cddlm:lang:components:1">
+  <component name="app" type="compound">
+    <component name="db" type="process">
+      <attribute name="argv"><item>sleep</item><item>600</item></attribute>
+      <attribute name="host">f1</attribute>
+    </component>
+    <component name="web" type="process">
+      <attribute name="argv"><item>sleep</item><item>600</item></attribute>
+      <attribute name="env"><item name="DB_PID"><ref path="app/db/pid" lazy="true"/></item></attribute>
+      <attribute name="host">h1</attribute>
+    </component>
+  </component>
+</application>"""
+
+LOCAL_TO_REMOTE = REMOTE_TO_LOCAL.replace(">f1<", ">H1<").replace(">h1<", ">f1<").replace(">H1<", ">h1<")
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    with MultiHost(tmp_path, n=1, local=["f1"]) as mh:
+        yield mh
+
+
+def environ(pid: int) -> dict[bytes, bytes]:
+    with open("/proc/%d/environ" % pid, "rb") as f:
+        return dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+
+
+def test_a_host_portals_component_gets_a_value_of_one_on_a_local_host_of_the_front(cluster):
+    front = Portal(cluster.front.url, failover=False)
+    app = front.create()
+    app.initialize(ns.NATIVE, text=REMOTE_TO_LOCAL)
+    app.run()
+    assert app.wait_for("running", timeout=60) == "running", app.ping()
+    comps = {c["path"]: c for c in app.components()}
+    assert comps["app/db"]["host"] == "f1" and comps["app/web"]["host"] == "h1"
+    db_pid = comps["app/db"]["pid"]
+    assert db_pid and not cluster.hosts[0].runs_here(db_pid)    # the front's own machine
+    (web,) = [c for s in host_portal_client(cluster.hosts[0]).applications()
+              for c in s.components() if c["pid"]]
+    assert cluster.hosts[0].runs_here(web["pid"])
+    assert environ(web["pid"])[b"DB_PID"] == str(db_pid).encode()
+    app.terminate()
+    assert app.wait_for("terminated", timeout=60) == "terminated"
+
+
+@pytest.mark.xfail(reason="a runtime value of a host portal's component read on the front (its "
+                          "pid, ports) is issue 28's visibility part (branch i28-visible)",
+                   strict=False)
+def test_a_component_on_a_local_host_of_the_front_gets_a_value_of_one_on_a_host_portal(cluster):
+    front = Portal(cluster.front.url, failover=False)
+    app = front.create()
+    app.initialize(ns.NATIVE, text=LOCAL_TO_REMOTE)
+    app.run()
+    try:
+        assert app.wait_for("running", timeout=60) == "running", app.ping()
+        (db,) = [c for s in host_portal_client(cluster.hosts[0]).applications()
+                 for c in s.components() if c["pid"]]
+        web = {c["path"]: c for c in app.components()}["app/web"]
+        assert web["host"] == "f1"
+        assert environ(web["pid"])[b"DB_PID"] == str(db["pid"]).encode()
+    finally:
+        app.terminate()
+        app.wait_for("terminated", timeout=60)
