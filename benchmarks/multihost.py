@@ -139,7 +139,7 @@ def main() -> None:
     results: dict = {"multi": {}, "single": {}}
     load = [os.getloadavg()[0]]
     # the front signs in to its host portals as a user: its quotas must hold a host's share
-    share = ["--quota", "components=%d" % (2 * slots), "--quota", "descriptor_bytes=%d" % (400 * slots)]
+    share = ["--quota", "components=%d" % (2 * slots), "--quota", "descriptor_bytes=%d" % (1000 * slots)]
     try:
         with MultiHost(folder / "cluster", n=args.hosts, lease=args.lease, racks=2, slots=slots,
                        front_args=["--workers", str(args.workers)], host_args=share) as mh:

@@ -9,23 +9,12 @@ import pytest
 from cddlm import ns
 from cddlm.client import Portal
 from tests.multihost.cluster import MultiHost
-from tests.multihost.test_delegation import host_portal_client
+from tests.multihost.test_delegation import CROSS, environ, host_portal_client
 
-REMOTE_TO_LOCAL = """<application xmlns="urn:cddlm:lang:components:1">
-  <component name="app" type="compound">
-    <component name="db" type="process">
-      <attribute name="argv"><item>sleep</item><item>600</item></attribute>
-      <attribute name="host">f1</attribute>
-    </component>
-    <component name="web" type="process">
-      <attribute name="argv"><item>sleep</item><item>600</item></attribute>
-      <attribute name="env"><item name="DB_PID"><ref path="app/db/pid" lazy="true"/></item></attribute>
-      <attribute name="host">h1</attribute>
-    </component>
-  </component>
-</application>"""
-
-LOCAL_TO_REMOTE = REMOTE_TO_LOCAL.replace(">f1<", ">H1<").replace(">h1<", ">f1<").replace(">H1<", ">h1<")
+# a sequence of db then web, with web's DB_PID db's pid: db on the front's own host f1 and web on
+# the host portal h1, and the other way round
+REMOTE_TO_LOCAL = CROSS.replace(">h2<", ">f1<")
+LOCAL_TO_REMOTE = CROSS.replace(">h1<", ">f1<").replace(">h2<", ">h1<")
 
 
 @pytest.fixture
@@ -34,16 +23,15 @@ def cluster(tmp_path):
         yield mh
 
 
-def environ(pid: int) -> dict[bytes, bytes]:
-    with open("/proc/%d/environ" % pid, "rb") as f:
-        return dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+def deployed(cluster, text: str):
+    app = Portal(cluster.front.url, failover=False).create()
+    app.initialize(ns.NATIVE, text=text)
+    app.run()
+    return app
 
 
 def test_a_host_portals_component_gets_a_value_of_one_on_a_local_host_of_the_front(cluster):
-    front = Portal(cluster.front.url, failover=False)
-    app = front.create()
-    app.initialize(ns.NATIVE, text=REMOTE_TO_LOCAL)
-    app.run()
+    app = deployed(cluster, REMOTE_TO_LOCAL)
     assert app.wait_for("running", timeout=60) == "running", app.ping()
     comps = {c["path"]: c for c in app.components()}
     assert comps["app/db"]["host"] == "f1" and comps["app/web"]["host"] == "h1"
@@ -61,10 +49,7 @@ def test_a_host_portals_component_gets_a_value_of_one_on_a_local_host_of_the_fro
                           "pid, ports) is issue 28's visibility part (branch i28-visible)",
                    strict=False)
 def test_a_component_on_a_local_host_of_the_front_gets_a_value_of_one_on_a_host_portal(cluster):
-    front = Portal(cluster.front.url, failover=False)
-    app = front.create()
-    app.initialize(ns.NATIVE, text=LOCAL_TO_REMOTE)
-    app.run()
+    app = deployed(cluster, LOCAL_TO_REMOTE)
     try:
         assert app.wait_for("running", timeout=60) == "running", app.ping()
         (db,) = [c for s in host_portal_client(cluster.hosts[0]).applications()
