@@ -701,10 +701,11 @@ class RemoteRunner:
             ref = Ref(row.address, row.resource_id or "")
             try:
                 with self._token_lock(row.token):
-                    if row.asked != "terminated":
+                    asked = row.asked != "terminated"
+                    if asked:
                         self.portal().terminate(ref, "terminated by its front portal")
                         self._set(row.token, asked="terminated")
-                    st = self.status(row, fresh=True)
+                    st = self.status(row, fresh=asked)     # (a round's look: shared)
                     if st.state == "terminated":
                         self.portal().destroy(ref)
                         self._set(row.token, asked="destroyed")
