@@ -807,9 +807,13 @@ class Engine:
         watcher = self.watcher
         by_app: dict[str, set[str]] = {}
         surveys: dict[str, list] = {}
+        asks: dict[tuple[str, str], list[str]] = {}
         for app_id, path, kind, pid, on in rows:
             if kind == "process" and on not in down and (
                     on not in self.runners or (self._watchable(on) and watcher.watching(pid))):
+                continue
+            if on not in down and hasattr(self.runners.get(on), "attention"):
+                asks.setdefault((on, app_id), []).append(path)
                 continue
             by_app.setdefault(app_id, set()).add(path)
             if kind == "process" and on not in down and hasattr(self.runners[on], "survey"):
@@ -818,6 +822,11 @@ class Engine:
             # a runner of another machine's processes looks at all of them at once (one
             # command per host per pass); the checks below read what it saw
             self.runners[on].survey(procs)
+        for (on, app_id), paths in asks.items():
+            # another portal's components: only those its answer shows changed are checked
+            changed = self.runners[on].attention(app_id, paths)
+            if changed:
+                by_app.setdefault(app_id, set()).update(changed)
         self._check_many(by_app)
 
     def _readopt(self) -> None:

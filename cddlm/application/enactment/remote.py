@@ -330,6 +330,11 @@ class RemoteRunner:
                     self._shapes[app_id] = shape
         return app, shape
 
+    def _shape(self, app_id: str) -> Shape:
+        """The application's shape, read only the first time (``Gone``: no such application)."""
+        shape = self._shapes.get(app_id)
+        return shape if shape is not None else self._app(app_id)[1]
+
     def _group(self, shape: Shape, path: str) -> str:
         return shape.groups.get(path, "0")
 
@@ -337,12 +342,10 @@ class RemoteRunner:
         """The newest delegation of this host holding ``path`` (None: never delegated). Read
         at most every ``ROW_TTL`` seconds per share (a liveness pass asks for each of its
         components; this portal's own changes, ``_set``, are seen at once)."""
-        shape = self._shapes.get(app_id)
-        if shape is None:
-            try:
-                _, shape = self._app(app_id)
-            except Gone:
-                return None
+        try:
+            shape = self._shape(app_id)
+        except Gone:
+            return None
         key = (app_id, self._group(shape, path))
         cached = self._rows.get(key)
         if cached is not None and time.monotonic() - cached[0] < ROW_TTL:
@@ -553,7 +556,7 @@ class RemoteRunner:
 
     def _shares(self, jobs: list[tuple[Any, Target]]) -> dict[str, list[tuple[Any, str]]]:
         """A batch's (key, path) pairs by start group: one sub-application each."""
-        _, shape = self._app(jobs[0][1].app_id)
+        shape = self._shape(jobs[0][1].app_id)
         out: dict[str, list[tuple[Any, str]]] = {}
         for key, t in jobs:
             out.setdefault(self._group(shape, t.path), []).append((key, t.path))
@@ -613,7 +616,7 @@ class RemoteRunner:
 
         def look(group: str, members: list[tuple[Any, str]]) -> list:
             def go() -> list:
-                _, shape = self._app(app_id)
+                shape = self._shape(app_id)
                 if self._foreign(shape, group):
                     row = self._ensure(app_id, members[0][1], initialize=False)
                     out = Outcome("deployed", runtime={"subApplication": row.address,
@@ -671,6 +674,33 @@ class RemoteRunner:
             return self._failed("the host portal answered with a fault: %s" % e.message, e.cause)
         out = self._outcome(row, st, t.path, ("running", "completed", "starting", "deployed"), "running")
         return out if out is not None and out.event in ("failed", "completed") else None
+
+    def attention(self, app_id: str, paths: list[str]) -> set[str]:
+        """Of ``paths`` (running here, as this portal recorded them), those a liveness check
+        must look at: the ones their sub-application's answer (one ping per share, shared) does
+        not show running. A pass over 10,000 remote components then reads none of their rows
+        while all run. A share whose host portal is silent is the host monitor's business."""
+        try:
+            shape = self._shape(app_id)
+        except Gone:
+            return set(paths)
+        shares: dict[str, list[str]] = {}
+        for path in paths:
+            shares.setdefault(self._group(shape, path), []).append(path)
+        out: set[str] = set()
+        for members in shares.values():
+            row = self._row(app_id, members[0])
+            if row is None or row.address is None:
+                continue
+            try:
+                st = self.status(row)
+            except AgentUnreachable:
+                continue
+            except (Gone, RemoteFault):
+                out.update(members)
+                continue
+            out.update(p for p in members if self._component(st, p)[0] != "running")
+        return out
 
     def stop_many(self, jobs: Iterable[tuple[Any, Target, Any, Any]], keep_lease,
                   report: Report) -> None:
