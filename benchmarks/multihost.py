@@ -43,7 +43,7 @@ from lxml import etree  # noqa: E402
 from cddlm import ns  # noqa: E402
 from cddlm.client import Portal  # noqa: E402
 from tests.conftest import LivePortal  # noqa: E402
-from tests.multihost.cluster import MultiHost  # noqa: E402
+from tests.multihost.cluster import MultiHost, kill_components  # noqa: E402
 
 N = ns.NATIVE
 
@@ -194,6 +194,7 @@ def main() -> None:
                         n, results["single"][n]["running"], results["single"][n]["terminated"]), flush=True)
             finally:
                 single.stop()
+                kill_components(state)      # (a portal's components outlive it, by design)
         load.append(os.getloadavg()[0])
     finally:
         if not args.keep:

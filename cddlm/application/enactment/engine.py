@@ -328,11 +328,15 @@ class Engine:
         batch.held.difference_update(ids)
         self._after(added)
 
-    def _later(self, item: queue.Item, delay: float) -> None:
-        """The runner asked to be asked again (a remote host busy or silent)."""
+    def _later(self, items: list[queue.Item], delay: float) -> None:
+        """The runner asked to be asked again (a remote host busy or silent): in one
+        transaction, however many items (one each made a batch of thousands queue for the
+        store's write lock as many times)."""
+        if not items:
+            return
         try:
             with self.store.write() as conn:
-                queue.retry_later(conn, item.id, self.id, self.clock() + delay)
+                queue.retry_later(conn, [i.id for i in items], self.id, self.clock() + delay)
         except StoreUnavailable:
             pass
 
@@ -430,8 +434,7 @@ class Engine:
             batch.hosts[item.path] = comp.host
         if later:
             with self.store.write() as conn:
-                for item in later:
-                    queue.retry_later(conn, item.id, self.id, self.clock() + WAIT_FOR_VALUE_STEP)
+                queue.retry_later(conn, [i.id for i in later], self.id, self.clock() + WAIT_FOR_VALUE_STEP)
             batch.held.difference_update(i.id for i in later)
         if now_known:
             self._record(batch, now_known)
@@ -525,10 +528,9 @@ class Engine:
             many(jobs, keep, seen)
         except Later as e:
             with lock or contextlib.nullcontext():
-                for item, *_ in jobs:
-                    if item.id not in reported and item.id in batch.held:
-                        self._later(item, e.delay)
-                        batch.held.discard(item.id)
+                back = [item for item, *_ in jobs if item.id not in reported and item.id in batch.held]
+                self._later(back, e.delay)
+                batch.held.difference_update(item.id for item in back)
 
     def _one(self, batch: "_Batch", item: queue.Item, report, act: Callable[[], Outcome]) -> None:
         """One item's action. A runner that cannot finish it yet (``Later``: a remote host
@@ -536,7 +538,7 @@ class Engine:
         try:
             outcome = act()
         except Later as e:
-            self._later(item, e.delay)
+            self._later([item], e.delay)
             batch.held.discard(item.id)
             return
         report([(item, outcome)])

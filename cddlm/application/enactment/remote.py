@@ -58,7 +58,8 @@ log = logging.getLogger(__name__)
 FOREIGN_WAIT = 120.0    # seconds a share waits for another host's value before it fails
 STATUS_TTL = 0.2        # seconds one ping of a sub-application answers for every component
 ROW_TTL = 1.0           # seconds one read of a delegation answers for its share's components
-AWAIT = 60.0            # seconds a batch watches its shares on a host before asking again later
+AWAIT = 10.0            # seconds a batch watches its shares on a host before asking again later
+                        # (not longer: a slow host would hold the workers that other hosts need)
 FIRST_PAUSE = 0.05      # seconds between a batch's first looks at its shares ...
 LAST_PAUSE = 1.0        # ... growing to this (a notification from the host portal ends a pause)
 DOWN_PREFIX = "unreachable"     # the reason the host monitor gives; only it lifts such a mark
@@ -211,6 +212,8 @@ def describe(host: str, ref: Ref | None, reason: str) -> str:
 # -- the runner -----------------------------------------------------------------------------------
 class RemoteRunner:
     remote = True
+    _shared: dict[str, Shape] = {}      # app id -> its tree, placement, start groups (all runners)
+    _building = threading.Lock()        # one thread builds a shape; the others wait for it
     parallel = True         # a batch's hosts are enacted side by side (each waits on its own portal)
     monitored = True        # the host monitor (``Agents``) decides when silence is a failure
     _silent_since: float | None = None
@@ -229,10 +232,9 @@ class RemoteRunner:
         self._lock = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
         self._status: dict[str, tuple[float, Status]] = {}
-        self._shapes: dict[str, Shape] = {}        # app id -> its tree, placement, start groups
         self._rows: dict[tuple[str, str], tuple[float, Any]] = {}  # (app, group) -> (when read, row)
         self._ready: dict[str, Any] = {}           # token -> its row once initialized there
-        self._foreigns: dict[tuple[int, str], set[str]] = {}   # (shape, group) -> references out
+        self._foreigns: dict[tuple[int, str], tuple[Shape, set[str]]] = {}  # references out of a share
         self._waiting: dict[str, float] = {}       # token -> since when it waits for a value
         self._notice = threading.Condition()       # notified by ``forget`` (a host's notification)
         self._notices = 0
@@ -311,29 +313,36 @@ class RemoteRunner:
 
     # -- delegation rows --------------------------------------------------------------------------
     def _app(self, app_id: str) -> tuple[repo.App, Shape]:
-        """The application and its shape (read once: the tree and the placement are fixed
-        at initialize, which happens once)."""
+        """The application (its state and generation, not its tree) and its shape."""
         with self.store.read() as conn:
-            app = repo.get_app(conn, app_id)
-            if app is None:
-                raise Gone("application %s is gone" % app_id)
-            shape = self._shapes.get(app_id)
-            if shape is None:
-                rows = conn.execute(select(components.c.path, components.c.host)
-                                    .where(components.c.app_id == app_id)).all()
-                tree = Deployment.from_json(app.deployment or {})
-                shape = Shape(tree, dict(rows), start_groups(tree))
-                with self._lock:
-                    if len(self._shapes) > 256:
-                        self._shapes.clear()
-                        self._foreigns.clear()
-                    self._shapes[app_id] = shape
-        return app, shape
+            app = repo.get_app(conn, app_id, light=True)
+        if app is None:
+            raise Gone("application %s is gone" % app_id)
+        return app, self._shape(app_id)
 
     def _shape(self, app_id: str) -> Shape:
-        """The application's shape, read only the first time (``Gone``: no such application)."""
-        shape = self._shapes.get(app_id)
-        return shape if shape is not None else self._app(app_id)[1]
+        """The application's shape (``Gone``: no such application), built once for all the
+        runners of this portal: the tree and the placement are fixed at initialize, which
+        happens once. (Each host's runner and each batch built its own: 200 parses of a
+        10,000-component tree for one application over 10 hosts.)"""
+        shape = RemoteRunner._shared.get(app_id)
+        if shape is not None:
+            return shape
+        with RemoteRunner._building:
+            shape = RemoteRunner._shared.get(app_id)
+            if shape is None:
+                with self.store.read() as conn:
+                    app = repo.get_app(conn, app_id)
+                    if app is None:
+                        raise Gone("application %s is gone" % app_id)
+                    rows = conn.execute(select(components.c.path, components.c.host)
+                                        .where(components.c.app_id == app_id)).all()
+                tree = Deployment.from_json(app.deployment or {})
+                shape = Shape(tree, dict(rows), start_groups(tree))
+                if len(RemoteRunner._shared) > 256:
+                    RemoteRunner._shared.clear()
+                RemoteRunner._shared[app_id] = shape
+        return shape
 
     def _group(self, shape: Shape, path: str) -> str:
         return shape.groups.get(path, "0")
@@ -407,10 +416,14 @@ class RemoteRunner:
 
     def _foreign(self, shape: Shape, group: str) -> set[str]:
         key = (id(shape), group)
-        found = self._foreigns.get(key)
-        if found is None:
-            mine = self._mine(shape, group)
-            found = self._foreigns[key] = foreign_refs(share(shape.tree, mine), mine)
+        known = self._foreigns.get(key)
+        if known is not None and known[0] is shape:
+            return known[1]
+        if len(self._foreigns) > 4096:
+            self._foreigns.clear()
+        mine = self._mine(shape, group)
+        found = foreign_refs(share(shape.tree, mine), mine)
+        self._foreigns[key] = (shape, found)
         return found
 
     def _initialize(self, ref: Ref, token: str, shape: Shape, group: str, path: str,
