@@ -6,7 +6,8 @@ Starts ``--hosts`` host portals (``cddlm portal serve --agent``), each in a netw
 its own when it can make them (root and iproute2; else on loopback addresses 127.0.0.N), and a
 front portal whose datacenter (two racks) names them as agents. For each size in
 ``--components``, one application of that many ``sleep`` components, each demanding one slot
-(a host has room for 1.5x its share of the largest, so placement must spread them), with a hard
+(a host has room for 1.5x its share of the largest, so placement must spread them; a smaller
+application's components demand as many slots as it is smaller, to spread the same way), with a hard
 anti-collocation group of one component per host and a rack collocation group of 90
 components, is deployed: create -> running and terminate -> terminated are timed, and the
 front portal's CPU time (user + system, from /proc) over both is divided by the components.
@@ -48,7 +49,9 @@ from tests.multihost.cluster import MultiHost, kill_components  # noqa: E402
 N = ns.NATIVE
 
 
-def descriptor(n: int, hosts: int) -> etree._Element:
+def descriptor(n: int, hosts: int, slots: int = 1) -> etree._Element:
+    """``n`` sleep components of ``slots`` slots each (a smaller application demands more per
+    component, so that it spreads over hosts sized for the largest as that one does)."""
     root = etree.Element("{%s}application" % N, nsmap={None: N})
     for i in range(n):
         c = etree.SubElement(root, "{%s}component" % N, name="c%d" % i, type="process")
@@ -56,7 +59,7 @@ def descriptor(n: int, hosts: int) -> etree._Element:
         for word in ("sleep", "3600"):
             etree.SubElement(argv, "{%s}item" % N).text = word
         demand = etree.SubElement(c, "{%s}attribute" % N, name="demand")
-        etree.SubElement(demand, "{%s}item" % N, name="slots").text = "1"
+        etree.SubElement(demand, "{%s}item" % N, name="slots").text = str(slots)
     spread = etree.SubElement(root, "{%s}group" % N, name="spread")
     for i in range(min(hosts, n)):
         etree.SubElement(spread, "{%s}member" % N).text = "c%d" % i
@@ -155,7 +158,7 @@ def main() -> None:
             spies = [profile(args.profile, "front", mh.front.proc.pid),
                      profile(args.profile, "h1", mh.hosts[0].proc.pid)] if args.profile else []
             for n in sizes:
-                results["multi"][n] = timed(mh.front.url, descriptor(n, args.hosts), "multihost",
+                results["multi"][n] = timed(mh.front.url, descriptor(n, args.hosts, max(sizes) // n), "multihost",
                                             mh.front.proc.pid)
                 print("  front, %d: %.1f s running, %.1f s terminated" % (
                     n, results["multi"][n]["running"], results["multi"][n]["terminated"]), flush=True)
@@ -188,7 +191,7 @@ def main() -> None:
                                               "--workers", str(args.workers)]).start()
             try:
                 for n in sizes:
-                    results["single"][n] = timed(single.url, descriptor(n, args.hosts), "single",
+                    results["single"][n] = timed(single.url, descriptor(n, args.hosts, max(sizes) // n), "single",
                                                  single.proc.pid)
                     print("  single portal, %d: %.1f s running, %.1f s terminated" % (
                         n, results["single"][n]["running"], results["single"][n]["terminated"]), flush=True)
