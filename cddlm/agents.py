@@ -43,7 +43,8 @@ initialize, run, terminate or destroy; silence, refusals, garbage, answers too l
 ``AgentUnreachable`` (judged by the lease); so does, from a datacenter's host portal, a page
 saying "not now" (502, 503, 504: a proxy or balancer in front of it; the lease judges, a brief
 outage fails nothing), while a delegate's portal answering one refuses at once; a
-sub-application the portal does not know becomes ``Gone``.
+``ResourceUnavailableFault`` (a busy host portal's "not now") likewise; a sub-application
+the portal does not know becomes ``Gone``.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ from cddlm.transport import Reply
 KEYS = {"user", "password", "token", "ca_file", "client_cert", "client_key",
         "ssh_key", "known_hosts"}     # the last two: SSH hosts (application/enactment/ssh.py)
 GONE_FAULTS = {"ResourceUnknownFault", "NoSuchApplicationFault"}
+# "not now" (errors.Busy: too many password checks at once, its store out of reach): silence
+# judged by the lease, never a failure of the components asked about
+BUSY_FAULTS = {"ResourceUnavailableFault"}
 ANY_NETWORK = ("0.0.0.0/0", "::/0")     # the hosts the operator's datacenter names
 
 
@@ -192,6 +196,8 @@ class ClientHostPortal:
         except client.PortalFault as e:
             if e.fault in GONE_FAULTS:
                 raise Gone(str(e)) from None
+            if e.fault in BUSY_FAULTS:
+                raise AgentUnreachable("%s is busy: %s" % (self.url, e)) from None
             raise RemoteFault("%s answered %s" % (self.url, e),
                               relay.fault_cause(e.code, e.message, e.detail)) from None
         except transport.NotSoap as e:
@@ -238,7 +244,17 @@ class ClientHostPortal:
                                                    version=version or known_version(language)))
 
     def run(self, ref: Ref) -> None:
-        self._do(lambda: self._app(ref).run())
+        """Run; a sub-application already asked to run (by an earlier try whose answer was
+        lost, a front portal killed before it recorded the ask) is no error: the lifecycle
+        refuses a second run while it starts (initialized, desired running) or once it runs."""
+        def go() -> None:
+            try:
+                self._app(ref).run()
+            except client.PortalFault as e:
+                if e.fault != "WrongStateFault" or \
+                        self._app(ref).ping().get("state") not in ("initialized", "running"):
+                    raise
+        self._do(go)
 
     def terminate(self, ref: Ref, reason: str) -> None:
         self._do(lambda: self._app(ref).terminate(reason))

@@ -298,8 +298,10 @@ class Portal:
         self.engine.admit_delegate = clients.admit
         self.engine.waiting_on_portals = clients.waiting
         remotes = {n: r for n, r in self.engine.runners.items() if isinstance(r, RemoteRunner)}
+        own = {n for n, r in self.engine.runners.items() if not isinstance(r, RemoteRunner)}
         for runner in remotes.values():     # lazy references between hosts resolve through them
             runner.peers = remotes
+            runner.own_hosts, runner.own_value = own, self.engine.own_value
         # the host monitor watches host portals and SSH hosts alike (down after the lease)
         watched = {n: r for n, r in self.engine.runners.items() if isinstance(r, SshRunner)}
         watched.update(remotes)

@@ -125,7 +125,7 @@ class Settings:
     ssh_timeout: float = 10.0                # seconds one command (or connection) on an SSH host may take
     ssh_keepalive: float = 2.0               # seconds between keepalives; 3 unanswered drop the connection
     ssh_channels: int = 10                   # commands at once over one host's connection (sshd's MaxSessions)
-    parallel_hosts: int = 16                 # other machines (SSH hosts) one batch enacts at once
+    parallel_hosts: int = 16                 # other machines (SSH hosts, host portals) one batch enacts at once
     ssh_liveness: float = 0.5                # seconds between liveness passes over SSH hosts (one command each)
     fence_seconds: float | None = None       # host side: terminate delegated parts not renewed
     # hosts whose agent is a Slurm node (application/enactment/slurm.py, docs/engines.md)

@@ -325,7 +325,8 @@ def register(sub) -> None:
                     help="seconds between liveness passes over SSH hosts, one command per host "
                          "(default 0.5; at most --liveness-interval)")
     sv.add_argument("--parallel-hosts", type=int, default=16, metavar="N",
-                    help="other machines (SSH hosts) one batch of work enacts at once (default 16)")
+                    help="other machines (SSH hosts, host portals) one batch of work enacts at once "
+                         "(default 16)")
     sv.add_argument("--slurm-timeout", type=float, default=10.0, metavar="S",
                     help="seconds one Slurm command (sbatch, squeue, scancel ...) may take "
                          "(default 10)")

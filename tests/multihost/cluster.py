@@ -84,6 +84,7 @@ class MultiHost:
     racks: int = 1
     slots: int = 100000             # each host's capacity
     host_args: list[str] = field(default_factory=list)
+    local: list[str] = field(default_factory=list)     # hosts the front enacts itself (agent local)
     hosts: list[HostPortal] = field(default_factory=list)
     front: LivePortal | None = None
     netns: Cluster | None = None
@@ -117,6 +118,8 @@ class MultiHost:
             racks.append({"name": "rack%d" % (r + 1), "level": "rack", "children": [
                 {"name": h.name, "level": "host", "agent": h.url,
                  "capacity": {"slots": self.slots}} for h in members]})
+        racks[0]["children"] += [{"name": name, "level": "host", "agent": "local",
+                                  "capacity": {"slots": self.slots}} for name in self.local]
         dc = {"resources": ["slots"], "levels": ["site", "rack", "host"],
               "location": [{"name": "site", "level": "site", "children": racks}]}
         (self.folder / "datacenter.json").write_text(json.dumps(dc))
@@ -152,6 +155,10 @@ class MultiHost:
         else:
             for h in self.hosts:
                 kill_components(h.state)
+        if self.local:      # what the front ran on its own hosts, should a test have left it
+            for lp in [self.front] + self.others:
+                if lp is not None:
+                    kill_components(lp.state_dir)
 
     def __exit__(self, *exc) -> None:
         self.close()

@@ -165,6 +165,11 @@ CROSS = """<application xmlns="urn:cddlm:lang:components:1">
 </application>"""
 
 
+def environ(pid: int) -> dict[bytes, bytes]:
+    with open("/proc/%d/environ" % pid, "rb") as f:
+        return dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
+
+
 def test_a_lazy_reference_reaches_a_runtime_value_on_another_host(cluster):
     front = Portal(cluster.front.url, failover=False)
     app = front.create()
@@ -174,10 +179,8 @@ def test_a_lazy_reference_reaches_a_runtime_value_on_another_host(cluster):
     h1, h2 = cluster.hosts[0], cluster.hosts[1]
     (db,) = [c for s in host_portal_client(h2).applications() for c in s.components() if c["pid"]]
     (web,) = [c for s in host_portal_client(h1).applications() for c in s.components() if c["pid"]]
-    with open("/proc/%d/environ" % web["pid"], "rb") as f:
-        env = dict(kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv)
     # the web tier on h1 got the pid of the database on h2, through h2's portal
-    assert env[b"DB_PID"] == str(db["pid"]).encode()
+    assert environ(web["pid"])[b"DB_PID"] == str(db["pid"]).encode()
     assert h2.runs_here(db["pid"]) and h1.runs_here(web["pid"])
     app.terminate()
     assert app.wait_for("terminated", timeout=60) == "terminated"

@@ -49,7 +49,7 @@ from cddlm.application.hosts import Host, Hosts
 from cddlm.application.store import Store
 from cddlm.application.tables import components
 from cddlm.config import Settings
-from cddlm.errors import CddlmError, StoreUnavailable
+from cddlm.errors import CddlmError, ResolutionError, StoreUnavailable
 from cddlm.lang.model import Deployment
 
 log = logging.getLogger(__name__)
@@ -234,6 +234,18 @@ class Engine:
         return HostValues(app, self.tree(app), rows, comp.host or "", comp.path, workdir,
                           self._ports, getattr(runner, "hostname", None))
 
+    def own_value(self, app_id: str, target: str):
+        """A runtime value (``COMPONENT/NAME``) of a component this portal enacts on a host of
+        its own, as a reference of one of its components would read it (``ResolutionError``
+        while there is none yet): what a share sent to a host portal carries in its place."""
+        with self.store.read() as conn:
+            app = repo.get_app(conn, app_id)
+            comp = repo.get_component(conn, app_id, target.rpartition("/")[0]) if app else None
+        if app is None or comp is None:
+            raise ResolutionError("%s names no component" % target, kind="dangling-reference",
+                                  path=target)
+        return self.values(app, _Rows(self.store, app_id, [comp]), comp).reference(target)
+
     def _ports(self, host: str | None, pid: int, started: str | None) -> list[int]:
         """The ports a process listens on: from /proc where it runs on this machine, else from
         its host's runner if that can tell (SSH)."""
@@ -316,11 +328,15 @@ class Engine:
         batch.held.difference_update(ids)
         self._after(added)
 
-    def _later(self, item: queue.Item, delay: float) -> None:
-        """The runner asked to be asked again (a remote host busy or silent)."""
+    def _later(self, items: list[queue.Item], delay: float) -> None:
+        """The runner asked to be asked again (a remote host busy or silent): in one
+        transaction, however many items (one each made a batch of thousands queue for the
+        store's write lock as many times)."""
+        if not items:
+            return
         try:
             with self.store.write() as conn:
-                queue.retry_later(conn, item.id, self.id, self.clock() + delay)
+                queue.retry_later(conn, [i.id for i in items], self.id, self.clock() + delay)
         except StoreUnavailable:
             pass
 
@@ -418,8 +434,7 @@ class Engine:
             batch.hosts[item.path] = comp.host
         if later:
             with self.store.write() as conn:
-                for item in later:
-                    queue.retry_later(conn, item.id, self.id, self.clock() + WAIT_FOR_VALUE_STEP)
+                queue.retry_later(conn, [i.id for i in later], self.id, self.clock() + WAIT_FOR_VALUE_STEP)
             batch.held.difference_update(i.id for i in later)
         if now_known:
             self._record(batch, now_known)
@@ -513,10 +528,9 @@ class Engine:
             many(jobs, keep, seen)
         except Later as e:
             with lock or contextlib.nullcontext():
-                for item, *_ in jobs:
-                    if item.id not in reported and item.id in batch.held:
-                        self._later(item, e.delay)
-                        batch.held.discard(item.id)
+                back = [item for item, *_ in jobs if item.id not in reported and item.id in batch.held]
+                self._later(back, e.delay)
+                batch.held.difference_update(item.id for item in back)
 
     def _one(self, batch: "_Batch", item: queue.Item, report, act: Callable[[], Outcome]) -> None:
         """One item's action. A runner that cannot finish it yet (``Later``: a remote host
@@ -524,7 +538,7 @@ class Engine:
         try:
             outcome = act()
         except Later as e:
-            self._later(item, e.delay)
+            self._later([item], e.delay)
             batch.held.discard(item.id)
             return
         report([(item, outcome)])
@@ -795,9 +809,13 @@ class Engine:
         watcher = self.watcher
         by_app: dict[str, set[str]] = {}
         surveys: dict[str, list] = {}
+        asks: dict[tuple[str, str], list[str]] = {}
         for app_id, path, kind, pid, on in rows:
             if kind == "process" and on not in down and (
                     on not in self.runners or (self._watchable(on) and watcher.watching(pid))):
+                continue
+            if on not in down and hasattr(self.runners.get(on), "attention"):
+                asks.setdefault((on, app_id), []).append(path)
                 continue
             by_app.setdefault(app_id, set()).add(path)
             if kind == "process" and on not in down and hasattr(self.runners[on], "survey"):
@@ -806,6 +824,11 @@ class Engine:
             # a runner of another machine's processes looks at all of them at once (one
             # command per host per pass); the checks below read what it saw
             self.runners[on].survey(procs)
+        for (on, app_id), paths in asks.items():
+            # another portal's components: only those its answer shows changed are checked
+            changed = self.runners[on].attention(app_id, paths)
+            if changed:
+                by_app.setdefault(app_id, set()).update(changed)
         self._check_many(by_app)
 
     def _readopt(self) -> None:

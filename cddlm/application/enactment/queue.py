@@ -182,9 +182,12 @@ def finish_held(conn: Connection, item_ids: list[int], owner: str) -> bool:
     return _all_held(conn, delete(work), item_ids, owner)
 
 
-def retry_later(conn: Connection, item_id: int, owner: str, when: float) -> None:
-    conn.execute(update(work).where(work.c.id == item_id, work.c.owner == owner)
-                 .values(owner=None, lease_expires=None, not_before=when))
+def retry_later(conn: Connection, item_ids: int | list[int], owner: str, when: float) -> None:
+    """Hand back items held by ``owner`` (one id, or many in one statement), due at ``when``."""
+    ids = [item_ids] if isinstance(item_ids, int) else list(item_ids)
+    for i in range(0, len(ids), 500):       # (bound parameters per statement)
+        conn.execute(update(work).where(work.c.id.in_(ids[i:i + 500]), work.c.owner == owner)
+                     .values(owner=None, lease_expires=None, not_before=when))
 
 
 def depth(conn: Connection) -> int:

@@ -14,12 +14,16 @@ differently (the leaf of step 0 and the leaf of step 2 of one sequence) go to di
 sub-applications, started when the engine's planner starts them; leaves that no sequence
 orders against each other share one.
 
-The engine calls this runner per component as it calls the local runner (deploy, start,
-stop, check). Each call reads the sub-application's status (one ``ping``, shared by the
-calls of a short moment); a sub-application not there yet answers ``Later``: the work item is
-asked again shortly, holding no worker. A host portal that does not answer is the host
-monitor's business (``Agents``): after the lease it marks the host down, which fails its
-components and the application with a reason naming the host.
+The engine gives this runner a batch's components of its host at once (``deploy_many``,
+``start_many``, ``stop_many``), and the hosts of a batch side by side (``parallel``): each
+start group's share is created and initialized with one call, run with one, terminated and
+destroyed with one each, and watched with one ``ping`` per share and round (shared by the
+batches and liveness checks of a short moment) until its components report; a host portal's
+notification ends the pause between rounds at once. A share that cannot go on yet (its host
+portal silent, a value from elsewhere not there yet) has its components asked again shortly,
+holding no worker. A host portal that does not answer is the host monitor's business
+(``Agents``): after the lease it marks the host down, which fails its components and the
+application with a reason naming the host.
 
 This module speaks to host portals through ``HostPortal`` objects that the composition root
 makes from ``cddlm.client`` (``cddlm/agents.py``): the application layer knows runners, not
@@ -34,12 +38,12 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Iterable, Protocol
 
 from sqlalchemy import insert, select, update
 
 from cddlm.application import repository as repo
-from cddlm.application.enactment.local import Later, Outcome, Target
+from cddlm.application.enactment.local import Later, Outcome, Report, Target
 from cddlm.application.fencing import DELEGATED_PREFIX
 from cddlm.application.hosts import Host
 from cddlm.application.store import Store
@@ -52,9 +56,13 @@ from cddlm.lang.model import Component, Deployment, Lazy
 log = logging.getLogger(__name__)
 
 FOREIGN_WAIT = 120.0    # seconds a share waits for another host's value before it fails
-SETTLE = 1.0            # seconds a deploy or start watches its sub-application before Later
 STATUS_TTL = 0.2        # seconds one ping of a sub-application answers for every component
 OBSERVED_TTL = 1.0      # seconds the host portal's component table answers for every read
+ROW_TTL = 1.0           # seconds one read of a delegation answers for its share's components
+AWAIT = 10.0            # seconds a batch watches its shares on a host before asking again later
+                        # (not longer: a slow host would hold the workers that other hosts need)
+FIRST_PAUSE = 0.05      # seconds between a batch's first looks at its shares ...
+LAST_PAUSE = 1.0        # ... growing to this (a notification from the host portal ends a pause)
 DOWN_PREFIX = "unreachable"     # the reason the host monitor gives; only it lifts such a mark
 CONTAINERS = ("compound", "sequence", "parallel")
 
@@ -235,6 +243,9 @@ def describe(host: str, ref: Ref | None, reason: str) -> str:
 # -- the runner -----------------------------------------------------------------------------------
 class RemoteRunner:
     remote = True
+    _shared: dict[str, Shape] = {}      # app id -> its tree, placement, start groups (all runners)
+    _building = threading.Lock()        # one thread builds a shape; the others wait for it
+    parallel = True         # a batch's hosts are enacted side by side (each waits on its own portal)
     monitored = True        # the host monitor (``Agents``) decides when silence is a failure
     _silent_since: float | None = None
     failing: float | None = None    # when the host monitor's pings went unanswered first (clock)
@@ -253,14 +264,20 @@ class RemoteRunner:
         self._lock = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
         self._status: dict[str, tuple[float, Status]] = {}
-        self._shapes: dict[str, Shape] = {}        # app id -> its tree, placement, start groups
+        self._rows: dict[tuple[str, str], tuple[float, Any]] = {}  # (app, group) -> (when read, row)
         self._ready: dict[str, Any] = {}           # token -> its row once initialized there
-        self._foreigns: dict[tuple[int, str], set[str]] = {}   # (shape, group) -> references out
+        self._foreigns: dict[tuple[int, str], tuple[Shape, set[str]]] = {}  # references out of a share
         self._waiting: dict[str, float] = {}       # token -> since when it waits for a value
         self._observed: dict[str, tuple[float, dict[str, dict]]] = {}   # app id -> its components there
+        self._notice = threading.Condition()       # notified by ``forget`` (a host's notification)
+        self._notices = 0
         # the runners of the other remote hosts (set by the composition root): where a lazy
         # reference to a component on another host is resolved
         self.peers: dict[str, "RemoteRunner"] = {}
+        # the hosts this portal enacts itself, and a value of a component there (app id,
+        # target; ``ResolutionError`` while it has none): set by the composition root
+        self.own_hosts: set[str] = set()
+        self.own_value: Callable[[str, str], Any] | None = None
 
     # -- plumbing ---------------------------------------------------------------------------------
     def portal(self) -> HostPortal:
@@ -298,6 +315,7 @@ class RemoteRunner:
                     continue
             with self.store.write() as conn:
                 conn.execute(delegations.delete().where(delegations.c.token == row.token))
+            self._rows.clear()
 
     def _end(self, ref: Ref, reason: str) -> None:
         """Terminate a sub-application, wait (bounded) until it is, and destroy it."""
@@ -404,39 +422,62 @@ class RemoteRunner:
 
     # -- delegation rows --------------------------------------------------------------------------
     def _app(self, app_id: str) -> tuple[repo.App, Shape]:
-        """The application and its shape (read once: the tree and the placement are fixed
-        at initialize, which happens once)."""
+        """The application (its state and generation, not its tree) and its shape."""
         with self.store.read() as conn:
-            app = repo.get_app(conn, app_id)
-            if app is None:
-                raise Gone("application %s is gone" % app_id)
-            shape = self._shapes.get(app_id)
+            app = repo.get_app(conn, app_id, light=True)
+        if app is None:
+            raise Gone("application %s is gone" % app_id)
+        return app, self._shape(app_id)
+
+    def _shape(self, app_id: str) -> Shape:
+        """The application's shape (``Gone``: no such application), built once for all the
+        runners of this portal: the tree and the placement are fixed at initialize, which
+        happens once. (Each host's runner and each batch built its own: 200 parses of a
+        10,000-component tree for one application over 10 hosts.)"""
+        shape = RemoteRunner._shared.get(app_id)
+        if shape is not None:
+            return shape
+        with RemoteRunner._building:
+            shape = RemoteRunner._shared.get(app_id)
             if shape is None:
-                rows = conn.execute(select(components.c.path, components.c.host)
-                                    .where(components.c.app_id == app_id)).all()
+                with self.store.read() as conn:
+                    app = repo.get_app(conn, app_id)
+                    if app is None:
+                        raise Gone("application %s is gone" % app_id)
+                    rows = conn.execute(select(components.c.path, components.c.host)
+                                        .where(components.c.app_id == app_id)).all()
                 tree = Deployment.from_json(app.deployment or {})
                 shape = Shape(tree, dict(rows), start_groups(tree))
-                with self._lock:
-                    if len(self._shapes) > 256:
-                        self._shapes.clear()
-                        self._foreigns.clear()
-                    self._shapes[app_id] = shape
-        return app, shape
+                if len(RemoteRunner._shared) > 256:
+                    RemoteRunner._shared.clear()
+                RemoteRunner._shared[app_id] = shape
+        return shape
 
     def _group(self, shape: Shape, path: str) -> str:
         return shape.groups.get(path, "0")
 
     def _row(self, app_id: str, path: str) -> Any:
-        """The newest delegation of this host holding ``path`` (None: never delegated)."""
+        """The newest delegation of this host holding ``path`` (None: never delegated). Read
+        at most every ``ROW_TTL`` seconds per share (a liveness pass asks for each of its
+        components; this portal's own changes, ``_set``, are seen at once)."""
         try:
-            _, shape = self._app(app_id)
+            shape = self._shape(app_id)
         except Gone:
             return None
+        key = (app_id, self._group(shape, path))
+        cached = self._rows.get(key)
+        if cached is not None and time.monotonic() - cached[0] < ROW_TTL:
+            return cached[1]
         with self.store.read() as conn:
-            return conn.execute(select(delegations).where(
+            row = conn.execute(select(delegations).where(
                 delegations.c.app_id == app_id, delegations.c.host == self.host.name,
-                delegations.c.grp == self._group(shape, path))
+                delegations.c.grp == key[1])
                 .order_by(delegations.c.generation.desc())).first()
+        with self._lock:
+            if len(self._rows) > 4096:
+                self._rows.clear()
+            self._rows[key] = (time.monotonic(), row)
+        return row
 
     def _ensure(self, app_id: str, path: str, initialize: bool = True) -> Any:
         """The delegation holding ``path``: recorded, created and initialized on the host
@@ -480,6 +521,7 @@ class RemoteRunner:
                     token=token, app_id=app_id, host=self.host.name, grp=group,
                     generation=generation, asked="created", updated=self.clock()))
                 row = conn.execute(select(delegations).where(delegations.c.token == token)).first()
+            self._rows.clear()
         if row.address is not None:
             return row, Ref(row.address, row.resource_id or "")
         ref = (None if fresh else self.portal().find(token)) or self.portal().create(token)
@@ -491,10 +533,14 @@ class RemoteRunner:
 
     def _foreign(self, shape: Shape, group: str) -> set[str]:
         key = (id(shape), group)
-        found = self._foreigns.get(key)
-        if found is None:
-            mine = self._mine(shape, group)
-            found = self._foreigns[key] = foreign_refs(share(shape.tree, mine), mine)
+        known = self._foreigns.get(key)
+        if known is not None and known[0] is shape:
+            return known[1]
+        if len(self._foreigns) > 4096:
+            self._foreigns.clear()
+        mine = self._mine(shape, group)
+        found = foreign_refs(share(shape.tree, mine), mine)
+        self._foreigns[key] = (shape, found)
         return found
 
     def _initialize(self, ref: Ref, token: str, shape: Shape, group: str, path: str,
@@ -511,19 +557,25 @@ class RemoteRunner:
 
     def _resolve_elsewhere(self, app_id: str, placed: dict[str, str | None], target: str,
                            token: str) -> Any:
-        """A runtime value of a component another host portal runs, through its ``resolve``;
-        ``Later`` while it has none yet (for at most ``FOREIGN_WAIT`` seconds)."""
+        """A runtime value of a component another host portal runs, through its ``resolve``, or
+        one this portal runs on a host of its own, from its record; ``Later`` while it has none
+        yet (for at most ``FOREIGN_WAIT`` seconds)."""
         comp_path = target.rpartition("/")[0]
-        peer = self.peers.get(placed.get(comp_path) or "")
-        if peer is None:
-            raise RemoteFault("%s is on host %s, which no host portal runs: a host portal "
-                              "resolves only what portals run" % (target, placed.get(comp_path)))
-        row = peer._row(app_id, comp_path)
+        where = placed.get(comp_path) or ""
+        peer = self.peers.get(where)
         try:
-            if row is None or row.address is None:
-                raise RemoteFault("%s is not delegated yet" % comp_path)
-            value = peer.portal().resolve(Ref(row.address, row.resource_id or ""), target)
-        except (RemoteFault, AgentUnreachable, Gone, ResolutionError) as e:
+            if peer is None and where in self.own_hosts and self.own_value is not None:
+                # on a host this portal enacts itself (``local``, SSH, Slurm): its own record
+                value = self.own_value(app_id, target)
+            elif peer is None:
+                raise RemoteFault("%s is on host %s, which neither this portal nor a host portal "
+                                  "runs" % (target, where))
+            else:
+                row = peer._row(app_id, comp_path)
+                if row is None or row.address is None:
+                    raise RemoteFault("%s is not delegated yet" % comp_path)
+                value = peer.portal().resolve(Ref(row.address, row.resource_id or ""), target)
+        except (CddlmError, AgentUnreachable, Gone) as e:
             since = self._waiting.setdefault(token, time.monotonic())
             if time.monotonic() - since > FOREIGN_WAIT:
                 raise RemoteFault("%s has no value after %.0f s: %s" % (target, FOREIGN_WAIT, e)) from None
@@ -545,6 +597,7 @@ class RemoteRunner:
 
     def _set(self, token: str, **values: Any) -> None:
         self._ready.pop(token, None)
+        self._rows.clear()
         with self.store.write() as conn:
             conn.execute(update(delegations).where(delegations.c.token == token)
                          .values(updated=self.clock(), **values))
@@ -566,8 +619,12 @@ class RemoteRunner:
             return st
 
     def forget(self) -> None:
-        """Drop cached statuses (a notification came: the next look pings again)."""
+        """Drop cached statuses (a notification came: the next look pings again), and wake the
+        batches watching their shares here."""
         self._status.clear()
+        with self._notice:
+            self._notices += 1
+            self._notice.notify_all()
 
     # -- the runner interface -----------------------------------------------------------------------
     def _component(self, st: Status, path: str) -> tuple[str, str]:
@@ -600,65 +657,137 @@ class RemoteRunner:
         return Outcome("failed", describe(self.host.name, None, reason), runtime={
             "remote": remote_info(self.host.name, self.host.agent, None, reason, cause)})
 
-    def _call(self, fn: Callable[[], Outcome]) -> Outcome:
+    def _guard(self, members: list[tuple[Any, str]], fn: Callable[[], list]) -> list:
+        """``fn()``'s (key, outcome) pairs for a share's ``members``; a fault or a lost
+        sub-application fails them all, naming the host; silence is ``Later`` (or, for a
+        delegate's portal, which no host monitor watches, a failure after the lease)."""
         try:
             out = fn()
             self._silent_since = None
             return out
         except AgentUnreachable as e:
             if not self.monitored:
-                # no host monitor watches a delegate's portal: silence for a lease fails it
                 since = self._silent_since = self._silent_since or time.monotonic()
                 if time.monotonic() - since > self.settings.agent_lease:
-                    return self._failed("the portal gave no answer for %.0f s: %s" % (
+                    failed = self._failed("the portal gave no answer for %.0f s: %s" % (
                         time.monotonic() - since, e))
+                    return [(key, failed) for key, _ in members]
             raise Later(1.0, str(e)) from None
         except RemoteFault as e:
-            return self._failed("the host portal answered with a fault: %s" % e.message, e.cause)
+            failed = self._failed("the host portal answered with a fault: %s" % e.message, e.cause)
         except Gone as e:
-            return self._failed("the host portal no longer knows the sub-application: %s" % e)
+            failed = self._failed("the host portal no longer knows the sub-application: %s" % e)
+        return [(key, failed) for key, _ in members]
 
-    def deploy(self, t: Target) -> Outcome:
-        def go() -> Outcome:
-            _, shape = self._app(t.app_id)
-            if self._foreign(shape, self._group(shape, t.path)):
-                # it needs values of components elsewhere that exist once those run: the
-                # share is sent when its group starts, after them
-                row = self._ensure(t.app_id, t.path, initialize=False)
-                return Outcome("deployed", runtime={"subApplication": row.address,
-                                                    "subApplicationId": row.resource_id,
-                                                    "hostPortal": self.host.agent})
-            row = self._ensure(t.app_id, t.path)
-            return self._settle(row, t.path, ("deployed", "starting", "running", "completed"),
-                                "deployed", "the sub-application is still deploying")
-        return self._call(go)
+    def _outcomes(self, row: Any, st: Status, members: list[tuple[Any, str]],
+                  wanted: tuple[str, ...], event: str) -> list:
+        return [(key, out) for key, out in ((key, self._outcome(row, st, path, wanted, event))
+                                            for key, path in members) if out is not None]
 
-    def _settle(self, row: Any, path: str, wanted: tuple[str, ...], event: str, why: str) -> Outcome:
-        """The outcome once the component is in a ``wanted`` state (or failed), watching for up
-        to ``SETTLE`` seconds (a share settles in about that); ``Later`` after that."""
-        deadline = time.monotonic() + SETTLE
-        while True:
-            out = self._outcome(row, self.status(row), path, wanted, event)
-            if out is not None:
-                return out
+    def _shares(self, jobs: list[tuple[Any, Target]]) -> dict[str, list[tuple[Any, str]]]:
+        """A batch's (key, path) pairs by start group: one sub-application each."""
+        shape = self._shape(jobs[0][1].app_id)
+        out: dict[str, list[tuple[Any, str]]] = {}
+        for key, t in jobs:
+            out.setdefault(self._group(shape, t.path), []).append((key, t.path))
+        return out
+
+    def _rounds(self, shares: dict[str, list[tuple[Any, str]]],
+                look: Callable[[str, list[tuple[Any, str]]], list], keep_lease, report: Report,
+                why: str) -> None:
+        """Ask ``look(share, members)`` about each share (one ping of its sub-application) in
+        rounds until every member is reported; it returns the (key, outcome) pairs known now.
+        Between rounds: until the host portal notifies a change, or a pause that grows from
+        ``FIRST_PAUSE`` to ``LAST_PAUSE``, keeping the batch's lease. After ``AWAIT`` seconds,
+        or when a share cannot go on yet (``Later``), the members not reported are asked again
+        later, holding no worker meanwhile."""
+        deadline = time.monotonic() + AWAIT
+        pause = FIRST_PAUSE
+        later: Later | None = None
+        seen = self._notices
+        while shares:
+            for name in list(shares):
+                try:
+                    done = look(name, shares[name])
+                except Later as e:
+                    later = e if later is None or e.delay < later.delay else later
+                    del shares[name]
+                    continue
+                if done:
+                    report(done)
+                    gone = {id(key) for key, _ in done}
+                    shares[name] = [m for m in shares[name] if id(m[0]) not in gone]
+                if not shares[name]:
+                    del shares[name]
+            if not shares:
+                break
             if time.monotonic() > deadline:
                 raise Later(0.3, why)
-            time.sleep(STATUS_TTL / 2)
+            keep_lease()
+            seen = self._pause(pause, seen)
+            pause = min(LAST_PAUSE, pause * 1.5)
+        if later is not None:
+            raise later
 
-    def start(self, t: Target, known_pid: int | None, known_start: str | None, keep_lease) -> Outcome:
-        def go() -> Outcome:
-            row = self._ensure(t.app_id, t.path)
-            if row.asked == "initialized":
-                with self._token_lock(row.token):
-                    st = self.status(row, fresh=True)
-                    if st.state == "instantiated":
-                        raise Later(0.3, "the sub-application is still deploying")
-                    if st.state == "initialized":
-                        self.portal().run(Ref(row.address, row.resource_id or ""))
-                    self._set(row.token, asked="running")
-            return self._settle(row, t.path, ("running", "completed"), "running",
-                                "the sub-application is still starting")
-        return self._call(go)
+    def _pause(self, seconds: float, seen: int) -> int:
+        """Wait up to ``seconds`` for a notification newer than ``seen``; the newest one's number."""
+        with self._notice:
+            if self._notices == seen:
+                self._notice.wait(seconds)
+            return self._notices
+
+    def deploy_many(self, jobs: Iterable[tuple[Any, Target]], keep_lease, report: Report) -> None:
+        """Deploy a batch's components of this host: each start group's share is made and sent
+        whole, in one ``initialize`` (``_ensure``), then watched with one ping per round until
+        each component is deployed or failed. A share needing values of components elsewhere,
+        which exist once those run, is only made now: it is sent when its group starts."""
+        jobs = list(jobs)
+        app_id = jobs[0][1].app_id
+
+        def look(group: str, members: list[tuple[Any, str]]) -> list:
+            def go() -> list:
+                shape = self._shape(app_id)
+                if self._foreign(shape, group):
+                    row = self._ensure(app_id, members[0][1], initialize=False)
+                    out = Outcome("deployed", runtime={"subApplication": row.address,
+                                                       "subApplicationId": row.resource_id,
+                                                       "hostPortal": self.host.agent})
+                    return [(key, out) for key, _ in members]
+                row = self._ensure(app_id, members[0][1])
+                return self._outcomes(row, self.status(row), members,
+                                      ("deployed", "starting", "running", "completed"), "deployed")
+            return self._guard(members, go)
+        self._rounds(self._shares(jobs), look, keep_lease, report,
+                     "the sub-application is still deploying")
+
+    def start_many(self, jobs: Iterable[tuple[Any, Target, Any, Any]], keep_lease,
+                   report: Report) -> None:
+        """Start a batch's components of this host: one ``run`` per share (recorded, so it is
+        asked once), then one ping per share and round until each runs or failed."""
+        jobs = [(key, t) for key, t, *_ in jobs]
+        app_id = jobs[0][1].app_id
+
+        def look(group: str, members: list[tuple[Any, str]]) -> list:
+            def go() -> list:
+                row = self._ensure(app_id, members[0][1])
+                if row.asked == "initialized":
+                    with self._token_lock(row.token):
+                        with self.store.read() as conn:     # another batch may have run it
+                            row = conn.execute(select(delegations).where(
+                                delegations.c.token == row.token)).first()
+                        if row.asked != "initialized":
+                            return []
+                        st = self.status(row, fresh=True)
+                        if st.state == "instantiated":
+                            return []       # still deploying: the next round looks again
+                        if st.state == "initialized":
+                            self.portal().run(Ref(row.address, row.resource_id or ""))
+                        self._set(row.token, asked="running")
+                return self._outcomes(row, self.status(row), members, ("running", "completed"),
+                                      "running")
+            return self._guard(members, go)
+        self._rounds(self._shares(jobs), look, keep_lease, report,
+                     "the sub-application is still starting")
 
     def check(self, t: Target, pid: int | None, started: str | None) -> Outcome | None:
         row = self._row(t.app_id, t.path)
@@ -676,36 +805,86 @@ class RemoteRunner:
         out = self._outcome(row, st, t.path, ("running", "completed", "starting", "deployed"), "running")
         return out if out is not None and out.event in ("failed", "completed") else None
 
-    def stop(self, t: Target, pid: int | None, started: str | None, keep_lease) -> Outcome:
-        row = self._row(t.app_id, t.path)
-        if row is None or row.address is None or row.asked == "destroyed":
-            return Outcome("stopped")
-        ref = Ref(row.address, row.resource_id or "")
+    def attention(self, app_id: str, paths: list[str]) -> set[str]:
+        """Of ``paths`` (running here, as this portal recorded them), those a liveness check
+        must look at: the ones their sub-application's answer (one ping per share, shared) does
+        not show running. A pass over 10,000 remote components then reads none of their rows
+        while all run. A share whose host portal is silent is the host monitor's business."""
         try:
-            with self._token_lock(row.token):
-                if row.asked != "terminated":
-                    self.portal().terminate(ref, "terminated by its front portal")
-                    self._set(row.token, asked="terminated")
-                st = self.status(row, fresh=True)
-                if st.state == "terminated":
-                    self.portal().destroy(ref)
-                    self._set(row.token, asked="destroyed")
-                    return Outcome("stopped")
-            state, _ = st.components.get(t.path, ("", ""))
-            if state in ("stopped", "failed", "pending"):
-                return Outcome("stopped")
-            raise Later(0.3, "the sub-application is still stopping")
+            shape = self._shape(app_id)
         except Gone:
-            self._set(row.token, asked="destroyed")
-            return Outcome("stopped")
-        except AgentUnreachable as e:
-            if self._abandoned():
-                # the operator marked the host down: its part is given up, not waited for
-                return Outcome("stopped", "host %s is marked down: its part was abandoned "
-                                          "(sub-application %s)" % (self.host.name, row.resource_id))
-            raise Later(1.0, str(e)) from None
-        except RemoteFault as e:
-            raise Later(2.0, "fault while terminating: %s" % e.message) from None
+            return set(paths)
+        shares: dict[str, list[str]] = {}
+        for path in paths:
+            shares.setdefault(self._group(shape, path), []).append(path)
+        out: set[str] = set()
+        for members in shares.values():
+            row = self._row(app_id, members[0])
+            if row is None or row.address is None:
+                continue
+            try:
+                st = self.status(row)
+            except AgentUnreachable:
+                continue
+            except (Gone, RemoteFault):
+                out.update(members)
+                continue
+            out.update(p for p in members if self._component(st, p)[0] != "running")
+        return out
+
+    def stop_many(self, jobs: Iterable[tuple[Any, Target, Any, Any]], keep_lease,
+                  report: Report) -> None:
+        """Stop a batch's components of this host: each sub-application holding some is
+        terminated once (recorded), watched with one ping per round, and destroyed when it
+        has terminated; a component is stopped when it is (or its sub-application is gone)."""
+        jobs = [(key, t) for key, t, *_ in jobs]
+        try:
+            shares = self._shares(jobs)
+        except Gone:
+            report([(key, Outcome("stopped")) for key, _ in jobs])
+            return
+        rows: dict[str, Any] = {}
+        for group, members in list(shares.items()):
+            row = self._row(jobs[0][1].app_id, members[0][1])
+            if row is None or row.address is None or row.asked == "destroyed":
+                report([(key, Outcome("stopped")) for key, _ in shares.pop(group)])
+            else:
+                rows[group] = row
+
+        def look(group: str, members: list[tuple[Any, str]]) -> list:
+            with self.store.read() as conn:
+                row = conn.execute(select(delegations).where(
+                    delegations.c.token == rows[group].token)).first()
+            stopped = [(key, Outcome("stopped")) for key, _ in members]
+            if row is None or row.asked == "destroyed":
+                return stopped
+            ref = Ref(row.address, row.resource_id or "")
+            try:
+                with self._token_lock(row.token):
+                    asked = row.asked != "terminated"
+                    if asked:
+                        self.portal().terminate(ref, "terminated by its front portal")
+                        self._set(row.token, asked="terminated")
+                    st = self.status(row, fresh=asked)     # (a round's look: shared)
+                    if st.state == "terminated":
+                        self.portal().destroy(ref)
+                        self._set(row.token, asked="destroyed")
+                        return stopped
+                return [(key, Outcome("stopped")) for key, path in members
+                        if st.components.get(path, ("", ""))[0] in ("stopped", "failed", "pending")]
+            except Gone:
+                self._set(row.token, asked="destroyed")
+                return stopped
+            except AgentUnreachable as e:
+                if self._abandoned():
+                    # the operator marked the host down: its part is given up, not waited for
+                    out = Outcome("stopped", "host %s is marked down: its part was abandoned "
+                                             "(sub-application %s)" % (self.host.name, row.resource_id))
+                    return [(key, out) for key, _ in members]
+                raise Later(1.0, str(e)) from None
+            except RemoteFault as e:
+                raise Later(2.0, "fault while terminating: %s" % e.message) from None
+        self._rounds(shares, look, keep_lease, report, "the sub-application is still stopping")
 
     def _abandoned(self) -> bool:
         """Whether an operator (not the host monitor) marked this host down."""
