@@ -232,7 +232,24 @@ class Engine:
         runner = self.runners.get(comp.host or "")
         workdir = (lambda p: runner.component_dir(app.id, p)) if runner else (lambda p: "")
         return HostValues(app, self.tree(app), rows, comp.host or "", comp.path, workdir,
-                          self._ports, getattr(runner, "hostname", None))
+                          self._ports, getattr(runner, "hostname", None),
+                          lambda host: self.asker(app.id, host))
+
+    def asker(self, app_id: str, host: str) -> Callable[[str, str], object] | None:
+        """For a host another portal runs (a host portal), a way to read a runtime value of one
+        of its components there (component path, name) -> the value, None while it has none or
+        cannot be asked (a reference waits for it); None for the hosts this portal enacts."""
+        runner = self.runners.get(host)
+        if not getattr(runner, "remote", False) or not hasattr(runner, "value"):
+            return None
+
+        def ask(path: str, name: str) -> object:
+            try:
+                return runner.value(app_id, path, path + "/" + name)
+            except CddlmError as e:      # not there yet, the host silent or refusing: later
+                log.debug("%s/%s on host %s: %s", path, name, host, e)
+                return None
+        return ask
 
     def own_value(self, app_id: str, target: str):
         """A runtime value (``COMPONENT/NAME``) of a component this portal enacts on a host of

@@ -21,8 +21,12 @@ class HostValues:
     def __init__(self, app: Any, tree: Deployment, rows: dict, host: str, component: str,
                  workdir: Callable[[str], str],
                  ports: Callable[[str | None, int, str | None], list[int]] | None = None,
-                 hostname: Callable[[], str] | None = None):
+                 hostname: Callable[[], str] | None = None,
+                 elsewhere: Callable[[str], Callable[[str, str], Any] | None] | None = None):
         self.app = app
+        # the runtime values of a component another portal runs (a host portal's): for its host,
+        # a way to ask that portal (path, name) -> the value, None while it has none
+        self.elsewhere = elsewhere or (lambda host: None)
         self.hostname = hostname or socket.gethostname    # the machine the component runs on
         # a process's listening ports where none were recorded (host, pid, start time): asked
         # of /proc here, or of the runner of the host it runs on when that is another machine
@@ -52,6 +56,9 @@ class HostValues:
         row = self.rows.get(path)
         if row is None:
             return None
+        ask = self.elsewhere(row.host or "")
+        if ask is not None:
+            return ask(path, name)
         if name in ("port", "ports"):
             ports = list(row.runtime.get("ports") or []) or (
                 self.ports(row.host, row.pid, row.pid_start) if row.pid else [])
