@@ -58,6 +58,11 @@ SERIAL = {
         "2 s of CPU at most, on the edge beside other work",
     "tests/notify/test_delivery.py::test_a_full_lifecycle_reaches_a_consumer_promptly":
         "each event delivered within a second",
+    "tests/cli/test_deploy.py::test_a_timeout_says": "the command's end timed to the second",
+    "tests/cli/test_deploy.py::test_terminate_and_destroy_force": "the command's end timed",
+    "tests/test_conversations.py::test_conversation[conformance/view-termination-time.yaml]":
+        "a view's termination time a second away, raced by the expiry on a busy machine",
+    "tests/web/test_browser.py": "a browser watching a host go down within its wait",
 }
 
 
