@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator
 
 from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import DBAPIError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import DBAPIError, DisconnectionError, OperationalError, SQLAlchemyError
 
 from cddlm import metrics
 from cddlm.errors import BadArgument, StoreUnavailable
@@ -119,10 +119,12 @@ class Store:
             else:
                 # TCP keepalives: a server gone without a word is noticed in about 20 s,
                 # not after the kernel's two hours (ignored on a Unix socket)
+                # (the connection given back last is handed out first: it needs no ping)
                 self.engine = create_engine(self.url, pool_size=pool_size, max_overflow=8,
-                                            pool_pre_ping=True, connect_args={
+                                            pool_use_lifo=True, connect_args={
                                                 "keepalives": 1, "keepalives_idle": 10,
                                                 "keepalives_interval": 3, "keepalives_count": 3})
+                _ping_when_idle(self.engine)
         except (SQLAlchemyError, ImportError) as e:
             raise StoreUnavailable("cannot open database %s: %s" % (self.safe_url, e)) from None
         _time_statements(self.engine)
@@ -567,6 +569,29 @@ class Checkpointer:
                 _close_quietly(conn)
                 conn = None
         _close_quietly(conn)
+
+
+PING_IDLE = 1.0      # seconds a pooled PostgreSQL connection may rest and be handed out unpinged
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """A pooled connection that rested more than ``PING_IDLE`` is pinged before it is handed
+    out (a server restarted meanwhile: another connection is made), as ``pool_pre_ping``
+    does for every one; one just given back is not: the ping was one round trip of a create's
+    seven, and the busier the portal the more of them it was."""
+    @event.listens_for(engine, "checkin")
+    def _rests(dbapi_conn, record):
+        record.info["cddlm_rests"] = time.monotonic()
+
+    @event.listens_for(engine, "checkout")
+    def _handed_out(dbapi_conn, record, proxy):
+        rested = record.info.pop("cddlm_rests", None)
+        if rested is None or time.monotonic() - rested <= PING_IDLE:
+            return
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except Exception as e:  # noqa: BLE001 - gone: the pool makes another
+            raise DisconnectionError("the connection did not answer a ping: %s" % e) from None
 
 
 def _time_statements(engine: Engine) -> None:
