@@ -5,14 +5,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-stamp
 ARGS ?=
 
-.PHONY: help serve test soak install clean cluster docs ssh-cluster slurm-cluster
+.PHONY: help serve test test-fast soak install clean cluster docs ssh-cluster slurm-cluster
 
 .DEFAULT_GOAL := install
 
 # `make help`: what each target does and the settings it reads (NAME=value after the target)
 help:
 	@echo "make serve [ARGS='--port 9090 ...']  a portal on 127.0.0.1:8080 (cddlm portal serve ARGS)"
-	@echo "make test [ARGS='tests/web -x']      the tests (pytest ARGS)"
+	@echo "make test [ARGS='tests/web -x'] [WORKERS=4]  the tests (pytest ARGS), in parallel workers, then a serial part"
+	@echo "make test-fast [ARGS=...]            unit and component tests only (the edit-test loop)"
 	@echo "make soak [EXAMPLES=500]             the property tests at length"
 	@echo "make cluster [FRONT_PORT=8080] [STATE=/tmp/cddlm-cluster]"
 	@echo "                                     three host portals on 127.0.0.2-4 and a front portal on"
@@ -33,8 +34,30 @@ $(STAMP): pyproject.toml
 serve: install
 	$(BIN)/cddlm portal serve $(ARGS)
 
+# the suite in two parts: the tests that may share the machine in WORKERS parallel workers
+# (pytest-xdist), then those marked serial (tests/conftest.py says which, and why) one at a time;
+# it fails when either part does (pytest's 5, nothing selected, as when ARGS picks tests of one
+# part only, is no failure)
+WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
+PYTEST := $(BIN)/python -m pytest
+define two_parts
+	@rc=0; for part in "-n $(WORKERS) -m 'not serial and not slow'" "-m 'serial or slow'"; do \
+		eval $(PYTEST) $$part $(1) || { r=$$?; [ $$r = 5 ] || rc=$$r; [ $$r = 2 ] && exit 2; }; \
+	done; exit $$rc
+endef
+
 test: install
-	$(BIN)/python -m pytest $(ARGS)
+	$(call two_parts,$(ARGS))
+
+# the edit-test loop: unit and component tests (pure cores, the SOAP conversations on the
+# in-process portal, the store), in parallel, in under 3 minutes
+FAST := tests/unit tests/lang tests/placement tests/schemas tests/notify/test_topics.py \
+	tests/notify/test_messages.py tests/notify/test_outbox.py tests/notify/test_senders.py \
+	tests/test_conversations.py tests/test_layering.py tests/test_store.py tests/test_direct_reads.py \
+	tests/test_api_schema.py tests/test_listings.py tests/web/test_api.py tests/web/test_units.py \
+	tests/cli/test_units.py
+test-fast: install
+	$(PYTEST) -n $(WORKERS) -m "not serial and not slow" $(FAST) $(ARGS)
 
 # the property tests at length: random seeds, EXAMPLES examples per test (ARGS="--hypothesis-seed=N"
 # replays one run)

@@ -45,6 +45,7 @@ ENV = ('<soapenv:Envelope xmlns:soapenv="http://schemas.xmlsoap.org/soap/envelop
 # the application read and looked up: a name of this run's own (names are unique among live
 # applications, and a PostgreSQL store outlives the run); the clients, forked, share it
 TARGET = "bench-target-" + uuid.uuid4().hex[:8]
+WORKLOADS = ("raw", "waitress", "echo", "state", "state2", "lookup", "cycle")
 
 
 # -- the server process ---------------------------------------------------------------------------
@@ -174,6 +175,38 @@ def figures(merged: dict[str, list[float]], seconds: float) -> dict:
                 "n": len(v)} for k, v in merged.items()}
 
 
+def summary(table: dict, counts: tuple[int, int], waitress: bool, portals: int) -> None:
+    """Each figure of the targets (issues 11 and 32) beside its target, of what was run."""
+    def rps(key: str, clients: int) -> float | None:
+        return table[(key, clients)]["rps"] if (key, clients) in table else None
+
+    reads = (("state", "GetResourceProperty"), ("state2", "GetResourceProperty through the "
+             "second portal"), ("lookup", "lookup"))
+    for clients in counts:
+        floor_target = 0.5 if clients == 1 else 0.6
+        for key, what in reads:
+            mine, echo, raw, wait = (rps(k, clients) for k in (key, "echo", "raw", "waitress"))
+            if mine is None:
+                continue
+            line = "%s, %d client(s):" % (what, clients)
+            if echo:
+                line += " / echo %.2f (target >= 1.0);" % (mine / echo)
+            if raw:
+                line += " / raw lxml on this server %.2f;" % (mine / raw)
+            if wait:
+                line += " / raw lxml on waitress %.2f (target >= %.1f)" % (mine / wait, floor_target)
+            print(line.rstrip(";"))
+        if (("create", clients)) in table:
+            print("create p99, %d client(s): %.1f ms (target < 50 ms)"
+                  % (clients, table[("create", clients)]["p99"]))
+    if not waitress:
+        print("(the raw lxml-on-waitress floor of the targets: pip install waitress)")
+    one, many = (rps("create", c) for c in counts)
+    if one and many and counts[1] > 1:
+        print("create throughput, %d clients / 1 client: %.2f (target >= 4 on PostgreSQL)"
+              % (counts[1], many / one))
+
+
 def _shown(url: str) -> str:
     from sqlalchemy.engine import make_url
     return make_url(url).render_as_string(hide_password=True)
@@ -192,6 +225,8 @@ def main() -> int:
     parser.add_argument("--portals", type=int, default=1, choices=(1, 2),
                         help="2: a second portal shares the --db (PostgreSQL) store; the state "
                              "read is also made through it")
+    parser.add_argument("--workloads", default=",".join(WORKLOADS),
+                        help="which to run, of %s (default: all)" % ", ".join(WORKLOADS))
     parser.add_argument("--serve", nargs=2, metavar=("STATE", "DB"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
@@ -237,10 +272,10 @@ def main() -> int:
                 # machine falls on each of them alike (the ratios are what matter)
                 merged: dict[str, list[float]] = {}
                 for _ in range(args.rounds):
-                    for workload in ("raw", "waitress", "echo", "state", "state2", "lookup",
-                                     "cycle"):
+                    for workload in WORKLOADS:
                         if (workload == "waitress" and waitress is None) or (
-                                workload == "state2" and len(bases) < 2):
+                                workload == "state2" and len(bases) < 2) or (
+                                workload not in args.workloads.split(",")):
                             continue
                         at = "http://127.0.0.1:%d" % waitress[1] if workload == "waitress" \
                             else bases[-1] if workload == "state2" else base
@@ -251,24 +286,7 @@ def main() -> int:
                     table[(key, clients)] = r
                     print("%-10s %-8d %9.0f %9.2f %9.2f %8d" % (key, clients, r["rps"], r["p50"],
                                                                r["p99"], r["n"]))
-            for clients in (1, args.clients):
-                for read, how in (("state", ""), ("state2", " through the second portal")):
-                    if (read, clients) not in table:
-                        continue
-                    ratio = table[(read, clients)]["rps"] / table[("echo", clients)]["rps"]
-                    floor = table[(read, clients)]["rps"] / table[("raw", clients)]["rps"]
-                    print("GetResourceProperty%s / echo throughput, %d client(s): %.2f (target "
-                          ">= 1.0); / the raw lxml endpoint's on this server: %.2f"
-                          % (how, clients, ratio, floor))
-                    if waitress is not None:
-                        print("GetResourceProperty%s / the raw lxml-on-waitress endpoint's, %d "
-                              "client(s): %.2f (target >= 0.5)" % (
-                                  how, clients, table[(read, clients)]["rps"]
-                                  / table[("waitress", clients)]["rps"]))
-                if waitress is None:
-                    print("(the raw lxml-on-waitress floor of the target: pip install waitress)")
-                print("create p99, %d client(s): %.1f ms (target < 50 ms)"
-                      % (clients, table[("create", clients)]["p99"]))
+            summary(table, (1, args.clients), waitress is not None, len(bases))
             # the target read goes as the cycles' applications went (a PostgreSQL store
             # outlives the run), on a new connection (the server has closed the idle one)
             conn.close()

@@ -134,18 +134,31 @@ class Addressing:
                 return (h.text or "").strip()
         return None
 
+    def _replies(self, action: str) -> tuple[tuple[str, str], ...]:
+        """(header, text) of the response's wsa:Action, a fresh wsa:MessageID and the
+        wsa:RelatesTo of the request's own."""
+        replies = (("Action", action), ("MessageID", new_message_id()))
+        return replies + (("RelatesTo", self.message_id),) if self.message_id is not None \
+            else replies
+
     def reply_headers(self, action: str) -> list[etree._Element]:
         """wsa:Action, a fresh wsa:MessageID and wsa:RelatesTo for the response."""
         version = self.version or ns.WSA
         out = []
-        for local, text in (("Action", action), ("MessageID", new_message_id()),
-                            ("RelatesTo", self.message_id)):
-            if text is None:
-                continue
+        for local, text in self._replies(action):
             el = etree.Element(q(local, version), nsmap={"wsa": version})
             el.text = text
             out.append(el)
         return out
+
+    def reply_header_text(self, action: str) -> str | None:
+        """``reply_headers`` as lxml writes them in an envelope declaring ``wsa`` as WS-Addressing
+        1.0 (the portal's own envelopes): text, without building elements (the hot reads); None
+        for a request of another version (its headers declare their namespace)."""
+        if self.version not in (None, ns.WSA):
+            return None
+        return "".join("<wsa:%s>%s</wsa:%s>" % (local, xml_text(text), local)
+                       for local, text in self._replies(action))
 
 
 def headers_for(reference: Reference, action: str, message_id: str | None = None) -> list[etree._Element]:
@@ -162,6 +175,14 @@ def headers_for(reference: Reference, action: str, message_id: str | None = None
         copy.set(q("IsReferenceParameter"), "true")
         out.append(copy)
     return out
+
+
+_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", "\r": "&#13;"})
+
+
+def xml_text(text: str) -> str:
+    """``text`` as lxml writes an element's text in UTF-8 (the characters it escapes)."""
+    return text.translate(_ESCAPES)
 
 
 def new_message_id() -> str:

@@ -39,6 +39,8 @@ from cddlm.errors import Busy, InvalidQueryExpression, QueryEvaluationError
 MEMORY_BYTES = 1 << 30          # address space of one helper
 NICE = 10                       # helpers yield the CPU to the portal's own threads
 _HEADER = struct.Struct(">I")
+STARTUP = 30.0                  # a new helper's start (Python, lxml; niced on a busy machine)
+READY = b"R"                    # what a helper says once started, before its first message
 
 
 class BudgetExceeded(QueryEvaluationError):
@@ -71,6 +73,7 @@ class _Helper:
     """One helper process and its pipes."""
 
     def __init__(self):
+        self.ready = False
         with affinity.unpinned():   # a heavy query must not take the portal's own CPUs
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "cddlm.xpathsafe"], stdin=subprocess.PIPE,
@@ -79,7 +82,13 @@ class _Helper:
                                              "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)})
 
     def call(self, message: dict, seconds: float) -> dict | None:
-        """The helper's answer, or None when it did not answer within ``seconds`` (or died)."""
+        """The helper's answer, or None when it did not answer within ``seconds`` (or died).
+        A new helper's start is not part of the budget: on a busy machine, a niced Python
+        starting up took more than the 0.5 s a message filter has (it failed the filter)."""
+        if not self.ready:
+            if self._read(len(READY), time.monotonic() + STARTUP) != READY:
+                return None
+            self.ready = True
         data = json.dumps(message).encode("utf-8")
         try:
             self.proc.stdin.write(_HEADER.pack(len(data)) + data)
@@ -280,6 +289,8 @@ def _serve() -> None:
     except (OSError, ValueError):
         pass
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    stdout.write(READY)
+    stdout.flush()
     while True:
         header = stdin.read(_HEADER.size)
         if len(header) < _HEADER.size:

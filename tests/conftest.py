@@ -37,6 +37,63 @@ def require_shared(sub: str) -> Path:
     return base / sub
 
 
+# -- which tests run in parallel -------------------------------------------------------------------
+# `make test` runs the suite in two parts: every test not marked ``serial`` in parallel workers
+# (pytest-xdist, ``WORKERS``), then the ``serial`` ones one at a time, alone on the machine. A
+# test is serial when tests running beside it would make it wrong or flaky, for the reason
+# given (a folder, a file or one test: the start of its node id); a test can also say so itself
+# with ``@pytest.mark.serial``.
+SERIAL = {
+    "tests/multihost/": "network namespaces of host portals, ten portals at a time",
+    "tests/engines/": "an sshd or a Slurm cluster in network namespaces",
+    "tests/test_netns.py": "network namespaces",
+    "tests/hostile/": "floods, and a bystander's answer timed within a second",
+    "tests/test_scale.py": "thousands of processes, and curves of their times",
+    "tests/test_crash.py": "SIGKILL and restart under time budgets",
+    "tests/property/": "many processes per example, each step within its deadline",
+    "tests/ops/": "Prometheus scraping on its schedule, make serve in a terminal, timed health",
+    "tests/test_httpserver.py": "slow clients, a good request answered within 0.5-1 s",
+    "tests/test_rows_held.py": "another portal's change seen within 0.1 s",
+    "tests/notify/test_outbound.py": "deadlines of outbound posts within 0.1 s",
+    "tests/unit/test_component_logs.py": "the log capper's schedule, timed to a second",
+    "tests/lang/test_secrets_and_bounds.py::test_templates_are_bounded_before_anything_is_built":
+        "2 s of CPU at most, on the edge beside other work",
+    "tests/notify/test_delivery.py::test_a_full_lifecycle_reaches_a_consumer_promptly":
+        "each event delivered within a second",
+    "tests/cli/test_deploy.py::test_a_timeout_says": "the command's end timed to the second",
+    "tests/cli/test_deploy.py::test_terminate_and_destroy_force": "the command's end timed",
+    "tests/test_conversations.py::test_conversation[conformance/view-termination-time.yaml]":
+        "a view's termination time a second away, raced by the expiry on a busy machine",
+    "tests/web/test_browser.py": "a browser watching a host go down within its wait",
+}
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "serial: runs alone, after the parallel part of make test "
+                                       "(tests/conftest.py SERIAL says why)")
+    _enough_inotify()
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    for item in items:
+        if item.nodeid.startswith(tuple(SERIAL)):
+            item.add_marker(pytest.mark.serial)
+
+
+INOTIFY_INSTANCES = Path("/proc/sys/fs/inotify/max_user_instances")
+
+
+def _enough_inotify(wanted: int = 1024) -> None:
+    """Every portal watches its components' logs through an inotify instance of its own, and
+    the kernel allows an account 128 by default: parallel workers (and other users' tests) use
+    them up, and portals fall back to looking on a schedule. As root, the limit is raised."""
+    try:
+        if os.geteuid() == 0 and int(INOTIFY_INSTANCES.read_text()) < wanted:
+            INOTIFY_INSTANCES.write_text(str(wanted))
+    except (OSError, ValueError):
+        pass
+
+
 def postgres_available() -> bool:
     try:
         with socket.create_connection(("127.0.0.1", 5432), timeout=0.5):

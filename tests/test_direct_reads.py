@@ -178,3 +178,46 @@ def test_each_property_read_alone_is_its_part_of_the_document(portal):
         assert b"colour" in etree.tostring(doc.find("{%s}deploymentInfo" % ns.API))
     finally:
         portal.service.terminate(app_id, "done")
+
+
+RESPONSES = {
+    "plain": '<r:x xmlns:r="urn:r">text</r:x>',
+    "an EPR declaring wsa again": '<api:r xmlns:api="%s"><api:e xmlns:wsa="%s"><wsa:Address>a'
+                                  '</wsa:Address></api:e><wsa:b xmlns:wsa="%s"/></api:r>'
+                                  % (ns.API, ns.WSA, ns.WSA),
+    "wsa declared at the top": '<wsa:r xmlns:wsa="%s"><wsa:Address>a</wsa:Address></wsa:r>' % ns.WSA,
+    "wsa under another prefix": '<r xmlns="urn:r"><a:x xmlns:a="%s"/></r>' % ns.WSA,
+    "the prefix wsa bound elsewhere": '<wsa:r xmlns:wsa="urn:not-wsa"><wsa:x xmlns:wsa="%s"/>'
+                                      '</wsa:r>' % ns.WSA,
+    "the envelope's namespace": '<r xmlns="urn:r"><s:x xmlns:s="%s"/></r>' % ns.SOAP11_ENV,
+    "the envelope's prefix": '<soapenv:r xmlns:soapenv="urn:r"/>',
+    "a default namespace": '<r xmlns="%s"><x xmlns="urn:r">t&amp;&lt;&#13;é</x></r>' % ns.WSA,
+}
+
+
+@pytest.mark.parametrize("shape", sorted(RESPONSES))
+@pytest.mark.parametrize("relates", [None, "urn:uuid:1", "a&b<c>d\"e'\r\tü"])
+@pytest.mark.parametrize("version", [ns.WSA, "http://schemas.xmlsoap.org/ws/2004/08/addressing"])
+def test_the_envelope_written_as_text_is_the_envelope_lxml_writes(shape, relates, version):
+    """``Exchange.envelope_bytes`` (text around the answer) says what lxml says of the
+    envelope built as elements (``Exchange.envelope``), whatever the answer declares."""
+    from lxml import etree
+    from cddlm import wsa
+    from cddlm.portal import soap
+
+    def state() -> soap._State:
+        s = soap._State("application")
+        s.addressing = wsa.Addressing(version=version, message_id=relates)
+        s.operation = soap.Operation(lambda req: None, "urn:action&<")
+        s.response = etree.fromstring(RESPONSES[shape])
+        return s
+    def fresh(data: bytes) -> bytes:      # the new wsa:MessageID, in any version
+        return re.sub(rb"urn:uuid:[0-9a-f-]{36}", b"urn:uuid:fresh", data)
+    text = soap.Exchange.envelope_bytes(state(), None)
+    built = etree.tostring(soap.Exchange.envelope(state(), None), encoding="UTF-8",
+                           xml_declaration=True)
+    assert fresh(text) == fresh(built)
+    inner = state()          # an answer inside another document: lxml's way alike
+    holder = etree.Element("holder", nsmap={"wsa": "urn:elsewhere"})
+    holder.append(inner.response)
+    assert fresh(soap.Exchange.envelope_bytes(inner, None)) == fresh(built)

@@ -92,6 +92,8 @@ def test_another_writer_on_the_store_is_seen(db_url):
         reads = counting(mine)
         assert state(mine, view_id) == state(mine, view_id) == "instantiated"
         assert reads[0] == 1
+        if mine.is_sqlite:      # the count of changes read in shared memory, not asked of SQLite
+            assert mine._wal_view, "the WAL index of %s is not mapped" % db_url
         set_state(other, app_id, "initialized", 3.0)
         changed = time.monotonic()
         seen = state(mine, view_id)
@@ -238,3 +240,46 @@ def test_postgresql_connections_send_keepalives(db_url):
                 assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
     finally:
         store.dispose()
+
+
+def test_a_lookup_answers_from_rows_held_and_sees_another_writers_changes(db_url):
+    """Lookup by name and the view it hands out are held while unchanged: a live application
+    of that name until its row changes (terminated by another writer: seen), a terminated one
+    never (a new one of that name, an insert, sends no notice on PostgreSQL: it is found);
+    the view until it is destroyed."""
+    from cddlm.application.tenancy import LOCAL_ADMIN
+    owner = LOCAL_ADMIN.name
+    mine, other = make(db_url), Store(db_url)
+
+    def lookup() -> tuple[str | None, str | None]:
+        app = repo.app_by_name(mine, "looked-up", owner)
+        view = repo.view_for(mine, app.id, "http://p", 2.0) if app is not None else None
+        return (app.state if app else None), (view.id if view else None)
+
+    def until(expected, timeout: float = 0.5):
+        deadline = time.monotonic() + timeout      # PostgreSQL: once the notice arrives
+        seen = lookup()
+        while seen != expected and time.monotonic() < deadline:
+            time.sleep(0.005)
+            seen = lookup()
+        return seen
+    try:
+        assert watched(mine)
+        with other.write() as conn:
+            app = repo.create_app(conn, 1.0, id=repo.new_id(), name="looked-up", owner=owner)
+            view = repo.new_view(conn, app.id, "http://p", 1.0)
+        reads = counting(mine)
+        assert lookup() == lookup() == ("instantiated", view.id)
+        assert reads[0] == 2                        # the application and its view, once each
+        set_state(other, app.id, "terminated", 3.0)
+        assert until(("terminated", view.id)) == ("terminated", view.id)
+        with other.write() as conn:
+            again = repo.create_app(conn, 4.0, id=repo.new_id(), name="looked-up", owner=owner)
+            fresh = repo.new_view(conn, again.id, "http://p", 4.0)
+        assert lookup() == ("instantiated", fresh.id)       # at once: terminated is never held
+        with other.write() as conn:
+            repo.delete_app(conn, again.id)
+        assert until(("terminated", view.id)) == ("terminated", view.id)
+    finally:
+        mine.dispose()
+        other.dispose()

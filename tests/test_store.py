@@ -331,3 +331,30 @@ def test_the_large_columns_of_an_application_come_last_in_its_row_and_survive_th
     assert indexes_before == indexes
     assert repo.app_by_view(store, "v1", 2.0).deployment["x"] == "y" * 100000
     store.dispose()
+
+
+def test_a_pooled_connection_is_pinged_only_after_resting(db_url, monkeypatch):
+    """PostgreSQL: a connection given back less than ``PING_IDLE`` ago is handed out without a
+    ping (a round trip of every write), one that rested longer is pinged, and one whose
+    server end went meanwhile is replaced, unseen by the write."""
+    if db_url.startswith("sqlite"):
+        pytest.skip("SQLite's connections are files, not pinged")
+    import psycopg
+    from cddlm.application import store as store_module
+    store = make(db_url)
+    pings = []
+    ping = store.engine.dialect.do_ping
+    monkeypatch.setattr(store.engine.dialect, "do_ping", lambda c: pings.append(c) or ping(c))
+    try:
+        new_app(store, "first")
+        new_app(store, "at-once")
+        assert pings == []                       # handed back a moment ago: not pinged
+        with store.write() as conn:
+            backend = conn.connection.dbapi_connection.info.backend_pid
+        monkeypatch.setattr(store_module, "PING_IDLE", 0.0)   # every connection rested enough
+        with psycopg.connect(db_url.split("?")[0], autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (backend,))
+        assert new_app(store, "after-its-end").name == "after-its-end"
+        assert len(pings) >= 1
+    finally:
+        store.dispose()

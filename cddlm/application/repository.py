@@ -228,8 +228,15 @@ def app_by_name(conn: Connection | Store, name: str, owner: str | None = None) -
     when given)."""
     if owner is None:
         row = _row(conn, _APP_BY_NAME, {"name": name})
-    else:
+    elif isinstance(conn, Connection):
         row = _row(conn, _OWNED_APP_BY_NAME, {"name": name, "owner": owner})
+    else:
+        # lookup: a live application is the answer until its row changes (which the store
+        # hears of), since its owner can make no other of that name while it lives; a
+        # terminated one is read again (a new one may have been made: an insert is no notice)
+        row = conn.first_cached(("app_by_name", name, owner), _OWNED_APP_BY_NAME,
+                                {"name": name, "owner": owner},
+                                lambda held: held["state"] != lifecycle.TERMINATED)
     return App(row) if row is not None else None
 
 
@@ -302,8 +309,12 @@ def get_view(conn: Connection, view_id: str) -> View | None:
 
 
 def view_for(conn: Connection | Store, app_id: str, portal: str, now: float) -> View | None:
-    """The oldest live view of the application through ``portal``."""
-    row = _row(conn, _VIEW_FOR, {"app_id": app_id, "portal": portal, "now": now})
+    """The oldest live view of the application through ``portal``. Through the store: held
+    while unchanged and live (a view made since is younger)."""
+    params = {"app_id": app_id, "portal": portal, "now": now}
+    row = _row(conn, _VIEW_FOR, params) if isinstance(conn, Connection) else conn.first_cached(
+        ("view_for", app_id, portal), _VIEW_FOR, params,
+        lambda held: _live(held["termination_time"], now))
     return View(row["id"], row["app_id"], row["portal"], row["termination_time"]) \
         if row is not None else None
 

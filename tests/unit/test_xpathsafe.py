@@ -52,3 +52,17 @@ def test_results_too_large_and_expressions_refused_before_a_helper(pool):
     for bad in ("//a[", "x" * 5000, "str:padding(10, 'x')"):
         with pytest.raises(InvalidQueryExpression):
             pool.query(DOC, bad, {"str": "http://exslt.org/strings"})
+
+
+def test_a_helper_slow_to_start_does_not_spend_the_budget(pool, tmp_path, monkeypatch):
+    """On a busy machine a new helper (Python, niced) took longer to start than a message
+    filter's 0.5 s, and the filter failed: the budget begins once the helper is ready."""
+    import sys
+    from cddlm import xpathsafe
+    slow = tmp_path / "slow-python"
+    slow.write_text("#!/bin/sh\nsleep 1.5\nexec %s \"$@\"\n" % sys.executable)
+    slow.chmod(0o755)
+    monkeypatch.setattr(xpathsafe.sys, "executable", str(slow))
+    started = time.monotonic()
+    assert pool.query(DOC, "count(//a)", {}).value == 30
+    assert time.monotonic() - started >= 1.5      # it did wait for the start, past the budget
