@@ -51,10 +51,7 @@ wait_for($client, 'running');
 echo 'resolved ', text($client->resolve(['path' => 'nap/state'])->value), "\n";
 $client->terminate(['reason' => 'PHP is done']);
 wait_for($client, 'terminated');
-// PHP names operations case-insensitively: `destroy` is taken by the portal's and the
-// subscription manager's wsrf-rl `Destroy` (which would end this view only); send the spec's
-// api:destroyRequest as it is (the portal dispatches on the body's element)
-$client->destroy(new SoapVar('<api:destroyRequest xmlns:api="' . API . '"/>', XSD_ANYXML));
+$client->destroy([]);
 echo "destroyed\n";
 
 $client->__setLocation($url);
