@@ -27,7 +27,7 @@ def test_zeep_loads_it_with_every_operation(tmp_path):
     client = zeep.Client(str(served_copy(tmp_path)))
     portal = client.bind("PortalService", "PortalPort")
     for op in ("create", "lookup", "rebind", "GetResourceProperty", "QueryResourceProperties",
-               "Subscribe", "GetCurrentMessage", "Destroy", "SetTerminationTime"):
+               "Subscribe", "GetCurrentMessage", "DestroyPortal", "SetTerminationTime"):
         assert hasattr(portal, op)
     app = client.bind("ApplicationService", "ApplicationPort")
     for op in ("initialize", "run", "ping", "resolve", "terminate", "destroy", "DestroyView",
@@ -35,7 +35,7 @@ def test_zeep_loads_it_with_every_operation(tmp_path):
                "Subscribe", "GetCurrentMessage"):
         assert hasattr(app, op)
     manager = client.bind("SubscriptionManagerService", "SubscriptionManagerPort")
-    for op in ("Renew", "Unsubscribe", "PauseSubscription", "ResumeSubscription", "Destroy",
+    for op in ("Renew", "Unsubscribe", "PauseSubscription", "ResumeSubscription", "DestroySubscription",
                "GetResourceProperty", "GetResourcePropertyDocument", "QueryResourceProperties"):
         assert hasattr(manager, op)
 
@@ -103,3 +103,20 @@ def test_initialize_declares_the_remote_fault_it_relays():
         assert len(found) == 1, where
     assert doc.xpath("//wsdl:portType/wsdl:operation[@name='initialize']/wsdl:fault"
                      "[@name='RemoteFault']/@message", namespaces=w) == ["tns:" + message.get("name")]
+
+
+def test_operations_of_different_meaning_differ_in_name_beyond_case():
+    """PHP's SoapClient merges every port's operations under case-insensitive names, and JAX-WS
+    lower-cases the first letter: two operations whose names differ only in case must be the
+    same message (GetResourceProperty on each port), or one hides the other (a wsrf-rl
+    ``Destroy`` once took the place of ``destroy`` in PHP, ending a view instead of the
+    application)."""
+    wsdl = etree.parse(str(WSDL))
+    w = "{http://schemas.xmlsoap.org/wsdl/}"
+    seen: dict[str, tuple[str, str]] = {}
+    for port_type in wsdl.getroot().iter(w + "portType"):
+        for op in port_type.iter(w + "operation"):
+            name, message = op.get("name"), op.find(w + "input").get("message")
+            first = seen.setdefault(name.lower(), (name, message))
+            assert first[1] == message, "%s and %s (%s) differ only in case" % (
+                first[0], name, port_type.get("name"))
