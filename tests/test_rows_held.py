@@ -93,7 +93,7 @@ def test_another_writer_on_the_store_is_seen(db_url):
         assert state(mine, view_id) == state(mine, view_id) == "instantiated"
         assert reads[0] == 1
         if mine.is_sqlite:      # the count of changes read in shared memory, not asked of SQLite
-            assert mine._wal_view, "the WAL index of %s is not mapped" % db_url
+            assert mine._wal_fd, "the WAL index of %s is not read" % db_url
         set_state(other, app_id, "initialized", 3.0)
         changed = time.monotonic()
         seen = state(mine, view_id)

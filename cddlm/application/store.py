@@ -23,7 +23,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import mmap
 import os
 import threading
 import time
@@ -136,7 +135,7 @@ class Store:
         self._held = RowsHeld(watched=self.is_sqlite)
         self._worker: Checkpointer | ChangeWatcher | None = None     # ``start``
         self._known: tuple[frozenset[str], frozenset[str]] | None = None   # ``_revisions``
-        self._wal_view: mmap.mmap | bool | None = None     # SQLite: ``_wal_header``
+        self._wal_fd: int | bool | None = None     # SQLite: the -shm file (``_wal_header``)
         self._wal_seen: bytes | None = None
 
     @property
@@ -294,12 +293,25 @@ class Store:
 
     def _wal_header(self) -> bytes | None:
         """The WAL index's header: the first 48 bytes of the database's ``-shm`` file (SQLite's
-        file format, "the wal-index header"), mapped read-only; None without one (then SQLite
-        is asked)."""
-        view = self._wal_view
-        if view is None:
-            view = self._wal_view = _map_wal_index(self.url.split("///", 1)[-1]) or False
-        return view[:WAL_HEADER] if view else None
+        file format, "the wal-index header"), read with one ``pread``; None without one (then
+        SQLite is asked). Read, not mapped: SQLite truncates the file when a process opens it
+        first, and a mapped page past its end kills the reader (SIGBUS); a short read here
+        asks SQLite instead."""
+        fd = self._wal_fd
+        if fd is None:
+            fd = self._wal_fd = _open_wal_index(self.url.split("///", 1)[-1]) or False
+        if fd is False:
+            return None
+        try:
+            header = os.pread(fd, WAL_HEADER, 0)
+            if os.fstat(fd).st_nlink == 0:
+                # the file was removed (every connection closed) and SQLite made a new one
+                os.close(fd)
+                self._wal_fd = None
+                return None
+        except OSError:
+            return None
+        return header if len(header) == WAL_HEADER else None
 
     def start(self) -> None:
         """The store's own work while a portal runs, on a thread of its own: on PostgreSQL,
@@ -439,9 +451,9 @@ class Store:
         conn = getattr(self._local, "conn", None)
         if conn is not None:
             self._drop_thread_conn(conn)
-        if self._wal_view:
-            self._wal_view.close()
-        self._wal_view = False
+        if self._wal_fd:
+            os.close(self._wal_fd)
+        self._wal_fd = False
         self.engine.dispose()
 
 
@@ -598,23 +610,15 @@ class Checkpointer:
 WAL_HEADER = 48     # bytes of SQLite's wal-index header (two copies of it follow)
 
 
-def _map_wal_index(path: str) -> mmap.mmap | None:
-    """The ``-shm`` file of the SQLite database at ``path``, mapped read-only (None where it
+def _open_wal_index(path: str) -> int | None:
+    """The ``-shm`` file of the SQLite database at ``path``, open for reading (None where it
     is missing: not a file, not in WAL mode yet)."""
     if not path or path == ":memory:":
         return None
     try:
-        fd = os.open(path + "-shm", os.O_RDONLY | os.O_CLOEXEC)
+        return os.open(path + "-shm", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
-    try:
-        if os.fstat(fd).st_size < mmap.PAGESIZE:
-            return None
-        return mmap.mmap(fd, mmap.PAGESIZE, prot=mmap.PROT_READ)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 PING_IDLE = 1.0      # seconds a pooled PostgreSQL connection may rest and be handed out unpinged

@@ -217,7 +217,9 @@ def unreachable_line(host: str, since: float | None, error: str | None) -> str:
     return "host %s unreachable%s%s" % (host, when, ": " + cause if cause else "")
 
 
-CAUSES = (("cannot connect", "cannot connect"), ("refused", "connection refused"),
+# (a needle, its few words; None: a line already written for a person, kept whole, such as an
+# SSH host's refused key naming the known_hosts file to fix)
+CAUSES = (("host's key", None), ("cannot connect", "cannot connect"), ("refused", "connection refused"),
           ("certificate", "certificate not trusted"), ("tls", "TLS failed"),
           ("429", "too many requests"), ("more than", "answer too large"),
           ("garbage", "answer is not SOAP"), ("without soap", "answer is not SOAP"),
@@ -228,10 +230,10 @@ CAUSES = (("cannot connect", "cannot connect"), ("refused", "connection refused"
 def short_cause(error: str | None) -> str:
     """A raw error (the outbound client's, a library's) in the few words of its class."""
     text = (error or "").lower()
+    first = (error or "").strip().splitlines()[0] if (error or "").strip() else ""
     for needle, words in CAUSES:
         if needle in text:
-            return words
-    first = (error or "").strip().splitlines()[0] if (error or "").strip() else ""
+            return words or first
     return first if len(first) <= 60 else first[:57] + "..."
 
 
