@@ -242,6 +242,30 @@ def describe(host: str, ref: Ref | None, reason: str) -> str:
     return "host %s, %s: %s" % (host, where, reason)
 
 
+class _Fresh:
+    """Answers kept for ``ttl`` seconds, at most ``size`` of them (past it all are forgotten)."""
+    MISSING = object()
+
+    def __init__(self, ttl: float, size: int):
+        self.ttl, self.size = ttl, size
+        self._kept: dict[Any, tuple[float, Any]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Any) -> Any:
+        kept = self._kept.get(key)
+        return kept[1] if kept is not None and time.monotonic() - kept[0] < self.ttl else self.MISSING
+
+    def put(self, key: Any, value: Any) -> Any:
+        with self._lock:
+            if len(self._kept) > self.size:
+                self._kept.clear()
+            self._kept[key] = (time.monotonic(), value)
+        return value
+
+    def clear(self) -> None:
+        self._kept.clear()
+
+
 # -- the runner -----------------------------------------------------------------------------------
 class RemoteRunner:
     remote = True
@@ -266,11 +290,11 @@ class RemoteRunner:
         self._lock = threading.Lock()
         self._locks: dict[str, threading.Lock] = {}
         self._status: dict[str, tuple[float, Status]] = {}
-        self._rows: dict[tuple[str, str], tuple[float, Any]] = {}  # (app, group) -> (when read, row)
+        self._rows = _Fresh(ROW_TTL, 4096)          # (app, group) -> its newest delegation row
         self._ready: dict[str, Any] = {}           # token -> its row once initialized there
         self._foreigns: dict[tuple[int, str], tuple[Shape, set[str]]] = {}  # references out of a share
         self._waiting: dict[str, float] = {}       # token -> since when it waits for a value
-        self._observed: dict[str, tuple[float, dict[str, dict]]] = {}   # app id -> its components there
+        self._observed = _Fresh(OBSERVED_TTL, 256)  # app id -> its components there, by path
         self._notice = threading.Condition()       # notified by ``forget`` (a host's notification)
         self._notices = 0
         # the runners of the other remote hosts (set by the composition root): where a lazy
@@ -389,8 +413,8 @@ class RemoteRunner:
         (``ext:components``: pid, ports, state ...) by path; read at most every
         ``OBSERVED_TTL`` seconds."""
         cached = self._observed.get(app_id)
-        if cached is not None and time.monotonic() - cached[0] < OBSERVED_TTL:
-            return cached[1]
+        if cached is not _Fresh.MISSING:
+            return cached
         with self.store.read() as conn:
             rows = conn.execute(select(delegations).where(
                 delegations.c.app_id == app_id, delegations.c.host == self.host.name,
@@ -403,11 +427,7 @@ class RemoteRunner:
                 out.update((c["path"], c) for c in self._ask(lambda: self.portal().components(ref)))
             except Gone:
                 continue
-        with self._lock:
-            if len(self._observed) > 256:
-                self._observed.clear()
-            self._observed[app_id] = (time.monotonic(), out)
-        return out
+        return self._observed.put(app_id, out)
 
     def value(self, app_id: str, comp_path: str, path: str) -> Any:
         """``resolve`` of ``path`` (the component ``comp_path`` or one of its values) as the
@@ -468,18 +488,14 @@ class RemoteRunner:
             return None
         key = (app_id, self._group(shape, path))
         cached = self._rows.get(key)
-        if cached is not None and time.monotonic() - cached[0] < ROW_TTL:
-            return cached[1]
+        if cached is not _Fresh.MISSING:
+            return cached
         with self.store.read() as conn:
             row = conn.execute(select(delegations).where(
                 delegations.c.app_id == app_id, delegations.c.host == self.host.name,
                 delegations.c.grp == key[1])
                 .order_by(delegations.c.generation.desc())).first()
-        with self._lock:
-            if len(self._rows) > 4096:
-                self._rows.clear()
-            self._rows[key] = (time.monotonic(), row)
-        return row
+        return self._rows.put(key, row)
 
     def _ensure(self, app_id: str, path: str, initialize: bool = True) -> Any:
         """The delegation holding ``path``: recorded, created and initialized on the host
