@@ -81,7 +81,7 @@ def sub_application(cluster, name: str):
 
 def test_logs_are_read_by_the_host_portal_that_runs_the_component(cluster):
     app = cluster.app
-    assert wait_until(lambda: "tick 3" in app.logs("talker", lines=100)["lines"], 30)
+    assert wait_until(lambda: "tick 5" in app.logs("talker", lines=100)["lines"], 30)
     sub = sub_application(cluster, "h2")
     # from an offset: the same lines and the same next offset as the host portal's own answer
     front, there = app.logs("talker", offset=0), sub.logs("talker", offset=0)
