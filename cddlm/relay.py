@@ -15,17 +15,16 @@ Another cddlm portal's faults are BaseFaults and relay unchanged; a foreign port
 
 from __future__ import annotations
 
-import re
 import time
 
 from lxml import etree
 
 from cddlm import ns
+from cddlm.xmlsafe import clean
 from cddlm.xsdtypes import format_datetime
 
 BF, EXT = "{%s}" % ns.WSRF_BF, "{%s}" % ns.EXT
 WRAPPED = EXT + "WrappedFault"
-NOT_XML_TEXT = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
 
 
 def is_base_fault(el: etree._Element | None) -> bool:
@@ -49,7 +48,7 @@ def wrap(code: str | None, string: str, detail: etree._Element | None = None, *,
         if content_type:
             etree.SubElement(el, EXT + "contentType").text = content_type
         if page:
-            etree.SubElement(el, EXT + "page").text = NOT_XML_TEXT.sub("\ufffd", page)
+            etree.SubElement(el, EXT + "page").text = clean(page)
     return etree.tostring(el, encoding="unicode")
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from lxml import etree
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from cddlm import ns
@@ -247,7 +247,6 @@ class Service:
     def dynamic_info(self, *, principal: Principal = LOCAL_ADMIN) -> dict:
         """Counts of applications per state, queued work and undelivered notifications (of
         what ``principal`` may see), and the hosts' free capacity."""
-        from sqlalchemy import func
         with self.store.read() as conn:
             if principal.admin:
                 counts = repo.count_by_state(conn)
@@ -265,15 +264,7 @@ class Service:
                     .where(subscriptions_table.c.subscriber == principal.name)).scalar() or 0
             down = repo.down_hosts(conn)
             used = self._used_capacity(conn)
-            # what is placed on each host, local or remote (of applications not terminated)
-            placed = dict(conn.execute(tenancy.scoped(
-                select(components_table.c.host, func.count())
-                .select_from(components_table.join(applications_table,
-                                                   applications_table.c.id == components_table.c.app_id))
-                .where(applications_table.c.state != lifecycle.TERMINATED,
-                       components_table.c.host.is_not(None),
-                       components_table.c.type.not_in(sorted(states.CONTAINERS)))
-                .group_by(components_table.c.host), principal)).all())
+            placed = self._components_per_host(conn, principal, leaves_only=True)
 
         def free(name: str, capacity: dict) -> dict:
             return {k: float(v) - used.get(name, {}).get(k, 0.0) for k, v in capacity.items()}
@@ -413,6 +404,18 @@ class Service:
         if when <= now:
             raise BadArgument("termination time %s is in the past" % opt.value)
         return when
+
+    def _components_per_host(self, conn, principal: Principal, *,
+                             leaves_only: bool) -> dict[str, int]:
+        """How many of the components ``principal`` may see each host holds, local or remote
+        (of applications not terminated); ``leaves_only``: without the containers."""
+        query = select(components_table.c.host, func.count()).select_from(components_table.join(
+            applications_table, applications_table.c.id == components_table.c.app_id)).where(
+            applications_table.c.state != lifecycle.TERMINATED, components_table.c.host.is_not(None))
+        if leaves_only:
+            query = query.where(components_table.c.type.not_in(sorted(states.CONTAINERS)))
+        return dict(conn.execute(tenancy.scoped(query.group_by(components_table.c.host),
+                                                principal)).all())
 
     def _used_capacity(self, conn) -> dict[str, dict[str, float]]:
         """Capacity held by applications that are not terminated, per provider."""

@@ -363,11 +363,7 @@ class Views:
         with self.store.read() as conn:
             down = repo.down_hosts(conn)
             used = self.service._used_capacity(conn)
-            counts = dict(conn.execute(_scoped(
-                select(components.c.host, func.count())
-                .select_from(components.join(applications, applications.c.id == components.c.app_id))
-                .where(applications.c.state != lifecycle.TERMINATED, components.c.host.is_not(None))
-                .group_by(components.c.host), principal)).all())
+            counts = self.service._components_per_host(conn, principal, leaves_only=False)
             peers = self._live_peers(conn)
             monitor = self._monitor(conn)
         peer_urls = {_base(p["url"]) for p in peers if p["url"]}

@@ -41,8 +41,9 @@ def element(local: str, *children: etree._Element, value: Any = None) -> etree._
     return el
 
 
-def sub(parent: etree._Element, local: str, value: Any = None) -> etree._Element:
-    el = etree.SubElement(parent, q(local))
+def sub(parent: etree._Element, local: str, value: Any = None,
+        namespace: str = ns.API) -> etree._Element:
+    el = etree.SubElement(parent, "{%s}%s" % (namespace, local))
     if value is not None:
         el.text = clean(value)
     return el

@@ -134,20 +134,17 @@ def status(sub: Subscription, undelivered: int) -> etree._Element:
     """``ext:subscriptionStatus``: how delivery to this subscription's consumer goes
     (``undelivered`` messages are queued for it)."""
     el = etree.Element(EXT + "subscriptionStatus", nsmap={"ext": ns.EXT})
-
-    def sub_(local: str, value: object) -> None:
-        etree.SubElement(el, EXT + local).text = str(value)
-    sub_("state", sub.state)
-    sub_("undelivered", undelivered)
-    sub_("delivered", sub.delivered)
+    m.sub(el, "state", sub.state, ns.EXT)
+    m.sub(el, "undelivered", undelivered, ns.EXT)
+    m.sub(el, "delivered", sub.delivered, ns.EXT)
     if sub.last_delivered is not None:
-        sub_("lastDelivery", format_datetime(sub.last_delivered))
+        m.sub(el, "lastDelivery", format_datetime(sub.last_delivered), ns.EXT)
     if sub.failing_since is not None:
-        sub_("failingSince", format_datetime(sub.failing_since))
+        m.sub(el, "failingSince", format_datetime(sub.failing_since), ns.EXT)
         if sub.due is not None and sub.state != "failed":
-            sub_("nextAttempt", format_datetime(sub.due))
+            m.sub(el, "nextAttempt", format_datetime(sub.due), ns.EXT)
     if sub.last_error:
-        sub_("lastError", sub.last_error)
+        m.sub(el, "lastError", sub.last_error, ns.EXT)
     if sub.failure:
-        sub_("failure", sub.failure)
+        m.sub(el, "failure", sub.failure, ns.EXT)
     return el

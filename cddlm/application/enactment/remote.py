@@ -212,9 +212,15 @@ def remote_info(host: str, portal: str, ref: Ref | None, reason: str, fault: str
 def unreachable_line(host: str, since: float | None, error: str | None) -> str:
     """The one line a person reads about a host portal that does not answer:
     ``host h1 unreachable since 01:02:03 UTC: cannot connect`` (the raw error goes to the log)."""
+    return "host %s unreachable%s" % (host, since_and_cause(since, error))
+
+
+def since_and_cause(since: float | None, error: str | None) -> str:
+    """`` since 01:02:03 UTC: cannot connect``: the end of the unreachable line, and of the
+    reason a host is marked down with."""
     when = " since %s UTC" % time.strftime("%H:%M:%S", time.gmtime(since)) if since else ""
     cause = short_cause(error)
-    return "host %s unreachable%s%s" % (host, when, ": " + cause if cause else "")
+    return when + (": " + cause if cause else "")
 
 
 # (a needle, its few words; None: a line already written for a person, kept whole, such as an
@@ -517,12 +523,20 @@ class RemoteRunner:
             if row.asked == "created":
                 self._subscribe(ref)
                 self._set(token, asked="initialized")
-            with self.store.read() as conn:
-                row = conn.execute(select(delegations).where(delegations.c.token == token)).first()
+            row = self._by_token(token)
             if row.asked in ("initialized", "running"):
                 # known from now on: the deploys of this share's other components ask no more
                 self._ready[token] = row
             return row
+
+    def _by_token(self, token: str, conn: Any = None) -> Any:
+        """The delegation row ``token`` as the store has it now (``conn``: inside a transaction
+        already open)."""
+        query = select(delegations).where(delegations.c.token == token)
+        if conn is not None:
+            return conn.execute(query).first()
+        with self.store.read() as conn:
+            return conn.execute(query).first()
 
     def _created(self, app_id: str, generation: int, group: str, token: str) -> tuple[Any, Ref]:
         """The delegation ``token`` (its row, written before the create is asked) and its
@@ -530,15 +544,14 @@ class RemoteRunner:
         may have been done there, its answer lost (the front was killed): the sub-application
         is first looked for by the name it was created with (the token), so that another
         portal that ignores the client-token option still gets one create."""
-        with self.store.read() as conn:
-            row = conn.execute(select(delegations).where(delegations.c.token == token)).first()
+        row = self._by_token(token)
         fresh = row is None
         if fresh:
             with self.store.write() as conn:
                 conn.execute(insert(delegations).values(
                     token=token, app_id=app_id, host=self.host.name, grp=group,
                     generation=generation, asked="created", updated=self.clock()))
-                row = conn.execute(select(delegations).where(delegations.c.token == token)).first()
+                row = self._by_token(token, conn)
             self._rows.clear()
         if row.address is not None:
             return row, Ref(row.address, row.resource_id or "")
@@ -790,9 +803,7 @@ class RemoteRunner:
                 row = self._ensure(app_id, members[0][1])
                 if row.asked == "initialized":
                     with self._token_lock(row.token):
-                        with self.store.read() as conn:     # another batch may have run it
-                            row = conn.execute(select(delegations).where(
-                                delegations.c.token == row.token)).first()
+                        row = self._by_token(row.token)     # another batch may have run it
                         if row.asked != "initialized":
                             return []
                         st = self.status(row, fresh=True)
@@ -870,9 +881,7 @@ class RemoteRunner:
                 rows[group] = row
 
         def look(group: str, members: list[tuple[Any, str]]) -> list:
-            with self.store.read() as conn:
-                row = conn.execute(select(delegations).where(
-                    delegations.c.token == rows[group].token)).first()
+            row = self._by_token(rows[group].token)
             stopped = [(key, Outcome("stopped")) for key, _ in members]
             if row is None or row.asked == "destroyed":
                 return stopped
@@ -1041,8 +1050,7 @@ class Agents:
                     came_up.append(name)
                 elif error is not None and not down and now - last_ok >= self.settings.agent_lease:
                     # one short line for people (the raw error is logged below, once)
-                    line = unreachable_line(name, runner.failing, error)
-                    reason = DOWN_PREFIX + line[len("host %s unreachable" % name):]
+                    reason = DOWN_PREFIX + since_and_cause(runner.failing, error)
                     self._mark(conn, name, True, reason, now)
                     went_down.append(name)
                     log.warning("host %s is unreachable: marked down; %s answered nothing since "
