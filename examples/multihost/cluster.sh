@@ -23,11 +23,15 @@ if [ "$(id -u)" = 0 ]; then EXTRA="--run-as nobody"; chmod 711 "$STATE"; else EX
 PIDS=""
 stop() { [ -n "$PIDS" ] && kill $PIDS 2>/dev/null; wait; }
 trap stop INT TERM EXIT
+# the front signs in as "front", a user there: its quotas must hold the largest share the front
+# sends (one sub-application per front application, of up to all its components), so they are
+# ten times the defaults (QUOTAS='--quota components=N ...' to choose others)
+QUOTAS=${QUOTAS:---quota applications=1000 --quota components=10000 --quota descriptor_bytes=16777216}
 for i in 1 2 3; do
     dir="$STATE/h$i"; mkdir -p "$dir"; chmod 711 "$dir"
     printf '%s\n' "$PASSWORD" | "$CDDLM" user add front --replace --users "$dir/users.json" >/dev/null
     (umask 066; exec "$CDDLM" portal serve --agent --host "127.0.0.$((i + 1))" --port "1848$i" \
-        --state-dir "$dir/state" --users "$dir/users.json" $EXTRA) >"$dir/out.log" 2>&1 &
+        --state-dir "$dir/state" --users "$dir/users.json" $QUOTAS $EXTRA) >"$dir/out.log" 2>&1 &
     PIDS="$PIDS $!"
 done
 printf '[default]\nuser = "front"\npassword = "%s"\n' "$PASSWORD" >"$STATE/agents.toml"

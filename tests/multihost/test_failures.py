@@ -156,9 +156,10 @@ def test_the_front_portal_killed_while_delegating_readopts_without_duplicates(cl
     assert app.wait_for("terminated", timeout=60) == "terminated"
 
 
+# two front portals share a store only through PostgreSQL: the test has no SQLite variant
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 def test_two_fronts_on_one_postgresql_store_one_killed_while_delegating(cluster):
-    if not cluster.db.startswith("postgresql"):
-        pytest.skip("two front portals share a store only through PostgreSQL")
+    assert cluster.db.startswith("postgresql")
     second = cluster.start_front("second")
     app = kill_front_while_delegating(cluster)
     survivor = Portal(second.url, failover=False)
