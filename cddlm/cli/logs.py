@@ -34,12 +34,13 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if not args.follow:
         return 0
     checked = time.monotonic()
+    away: dict[str, str] = {}           # path -> why its host stopped answering (said once)
     try:
         while True:
             moved = False
             for path in paths:
                 before = offsets[path]
-                offsets[path] = _show(app, path, stream, prefix, offset=before)
+                offsets[path] = _follow(app, path, stream, prefix, before, away)
                 moved = moved or offsets[path] != before
             if time.monotonic() - checked > STATE_EVERY:
                 checked = time.monotonic()
@@ -51,6 +52,25 @@ def cmd_logs(args: argparse.Namespace) -> int:
                 time.sleep(FOLLOW_POLL)
     except KeyboardInterrupt:
         return 0
+
+
+def _follow(app, path: str, stream: str, prefix: bool, offset: int, away: dict[str, str]) -> int:
+    """One read of a followed log. A host that stops answering (a host portal down or busy)
+    does not end the follow: it is said once, and the log goes on from the same offset when the
+    host answers again."""
+    from cddlm.client import PortalFault
+    try:
+        offset = _show(app, path, stream, prefix, offset=offset)
+    except PortalFault as e:
+        if e.fault != "ResourceUnavailableFault":
+            raise
+        if path not in away:
+            print("cddlm: %s: %s (still following; Ctrl-C to stop)" % (path, e.message), file=sys.stderr)
+            away[path] = e.message
+        return offset
+    if away.pop(path, None) is not None:
+        print("cddlm: %s: its host answers again" % path, file=sys.stderr)
+    return offset
 
 
 def _show(app, path: str, stream: str, prefix: bool, *, lines: int | None = None,

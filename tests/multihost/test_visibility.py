@@ -47,11 +47,26 @@ def cli(url: str, *args: str, timeout: float = 60) -> subprocess.CompletedProces
                           env=dict(os.environ, CDDLM_PORTAL=url, XDG_CONFIG_HOME="/nonexistent"))
 
 
-def readline_within(proc: subprocess.Popen, seconds: float) -> str:
-    """The next line ``proc`` prints, waiting at most ``seconds`` for it."""
-    ready, _, _ = select.select([proc.stdout], [], [], seconds)
-    assert ready, "nothing printed within %g s" % seconds
-    return proc.stdout.readline().strip()
+def readline_within(proc: subprocess.Popen, seconds: float, stream: str = "stdout") -> str:
+    """The next line ``proc`` prints (on ``stream``), waiting at most ``seconds`` for it."""
+    out = getattr(proc, stream)
+    ready, _, _ = select.select([out], [], [], seconds)
+    assert ready, "nothing printed on %s within %g s" % (stream, seconds)
+    return out.readline().strip()
+
+
+def follow_logs(cluster, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "cddlm.cli", "logs", "-f", "seen", "talker", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                            env=dict(os.environ, CDDLM_PORTAL=cluster.front.url,
+                                     XDG_CONFIG_HOME="/nonexistent"))
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    proc.wait(10)
+    proc.stdout.close()
+    proc.stderr.close()
 
 
 @pytest.fixture(scope="module")
@@ -99,20 +114,14 @@ def test_logs_are_read_by_the_host_portal_that_runs_the_component(cluster):
     done = cli(cluster.front.url, "logs", "seen", "talker", "-n", "3")
     assert done.returncode == 0, done.stderr
     assert len(done.stdout.splitlines()) == 3 and done.stdout.startswith("tick ")
-    follow = subprocess.Popen([sys.executable, "-m", "cddlm.cli", "logs", "-f", "seen", "talker", "-n", "1"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
-                              env=dict(os.environ, CDDLM_PORTAL=cluster.front.url,
-                                       XDG_CONFIG_HOME="/nonexistent"))
+    follow = follow_logs(cluster, "-n", "1")
     try:
         seen = [readline_within(follow, 30) for _ in range(4)]     # the tail, then new lines
         numbers = [int(line.split()[1]) for line in seen]
         assert all(line.startswith("tick ") for line in seen), seen
         assert numbers == sorted(numbers) and numbers[-1] - numbers[0] == 3, seen   # none lost
     finally:
-        follow.terminate()
-        follow.wait(10)
-        follow.stdout.close()
-        follow.stderr.close()
+        stop(follow)
     r = requests.get(base(cluster) + "/api/v1/applications/%s/logs" % app.id,
                      params={"path": "talker"}, timeout=30)
     assert r.status_code == 200, r.text
@@ -251,3 +260,33 @@ def test_a_host_portal_that_stops_answering_is_named_in_one_short_line(cluster):
     assert row.count("unreachable") == 1 and "HTTPConnectionPool" not in row
     assert max(len(line) for line in status.stdout.splitlines()) < 240, status.stdout
     print(status.stdout)
+
+
+def test_a_follow_outlives_its_host(cluster):
+    """``logs -f`` goes on through a host portal's absence: said once on stderr, and the log
+    goes on from where it was when the host portal is back (its components ran on)."""
+    app, h2 = cluster.app, host(cluster, "h2")
+    if h2.proc is None or h2.proc.poll() is not None:      # the test before left it dead
+        h2.start()
+    assert wait_until(lambda: _readable(app), 60)
+    follow = follow_logs(cluster, "-n", "1")
+    try:
+        before = int(readline_within(follow, 30).split()[1])
+        h2.kill()
+        said = readline_within(follow, 30, "stderr")
+        assert said.startswith("cddlm: talker: host h2 unreachable") and "still following" in said, said
+        assert follow.poll() is None
+        h2.start()
+        assert readline_within(follow, 60, "stderr") == "cddlm: talker: its host answers again"
+        ticks = [int(readline_within(follow, 30).split()[1]) for _ in range(3)]
+        assert ticks == sorted(ticks) and ticks[0] > before and ticks[-1] - ticks[0] == 2, (before, ticks)
+        assert follow.poll() is None
+    finally:
+        stop(follow)
+
+
+def _readable(app) -> bool:
+    try:
+        return bool(app.logs("talker", lines=1)["lines"])
+    except PortalFault:
+        return False
