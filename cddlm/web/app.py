@@ -25,7 +25,7 @@ from cddlm import __version__
 from cddlm.application.views import LOCAL_ADMIN, Principal, Views
 from cddlm.config import Settings
 from cddlm.errors import (AuthenticationFailed, BadArgument, Busy, HostUnreachable, NoSuchApplication,
-                          ResourceUnknown)
+                          ResourceUnknown, StoreUnavailable)
 from cddlm.web import highlight, picture
 
 HERE = Path(__file__).resolve().parent
@@ -146,7 +146,7 @@ class Dashboard:
             response = self._error(api, "404 Not Found", str(e))
         except BadArgument as e:
             response = self._error(api, "400 Bad Request", str(e))
-        except (HostUnreachable, Busy) as e:     # another portal's answer, not to be had now
+        except (HostUnreachable, Busy, StoreUnavailable) as e:    # not to be had now: ask again
             response = self._error(api, "503 Service Unavailable", str(e), [("Retry-After", "2")])
         except _Refused as e:
             response = self._error(api, e.status, e.message, e.headers)

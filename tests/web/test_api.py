@@ -4,7 +4,10 @@ the datacenter, hosts and peers, the request rules, escaping, and who sees what.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
+import threading
 import time
 
 import pytest
@@ -244,3 +247,77 @@ def _walk(node):
     yield node
     for child in node["children"]:
         yield from _walk(child)
+
+
+class Relay:
+    """A TCP relay to PostgreSQL that can be cut (every connection closed, new ones refused) and
+    mended: the database restarting, as the portal sees it."""
+
+    def __init__(self, port: int = 5432):
+        self.upstream, self.pairs, self.open = port, [], True
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            if not self.open:
+                conn.close()
+                continue
+            up = socket.create_connection(("127.0.0.1", self.upstream))
+            self.pairs.append((conn, up))
+            for a, b in ((conn, up), (up, conn)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a, b):
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+
+    def cut(self):
+        self.open = False
+        for pair in self.pairs:
+            for s in pair:
+                with contextlib.suppress(OSError):
+                    s.shutdown(socket.SHUT_RDWR)
+        self.pairs.clear()
+
+    def close(self):
+        self.cut()
+        self.listener.close()
+
+
+def test_a_lost_database_is_a_503_to_ask_again_not_a_500(tmp_path):
+    """The store on PostgreSQL loses its database (restarted, failed over): the page and the API
+    say 503 with Retry-After while it is away, and answer again once it is back."""
+    from tests.conftest import pg_schema_url, postgres_available
+    if not postgres_available():
+        pytest.skip("no PostgreSQL answers on 127.0.0.1:5432 (database test, trust auth)")
+    relay = Relay()
+    with pg_schema_url() as url:
+        p = make_portal(tmp_path, db_url=url.replace("127.0.0.1:5432", "127.0.0.1:%d" % relay.port, 1))
+        try:
+            client = WsgiClient(p.wsgi)
+            get(client, "/api/v1/applications")
+            relay.cut()
+            for path in ("/api/v1/applications", "/", "/hosts"):
+                code, headers, body = client.request("GET", path)
+                assert code == 503 and headers.get("Retry-After") == "2", (path, code, body[:300])
+                assert b"database unavailable" in body and b"Traceback" not in body
+            relay.open = True
+            assert get(client, "/api/v1/applications")["total"] == 0
+        finally:
+            relay.open = True
+            p.stop()
+            relay.close()
