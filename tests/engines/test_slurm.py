@@ -457,7 +457,9 @@ def test_a_portal_killed_and_restarted_adopts_every_job_and_submits_none_twice(s
     app = front.portal.lookup(app.id)
     assert app.state() == "running"
     victim = comps(app)["w2"]["pid"]
-    slurm.run("scancel", str(victim))       # ended outside the portal: the new portal sees it
+    # ended outside the portal: the new portal sees it (an array's task is cancelled as
+    # ARRAY_TASK, the value "job": Slurm 22.05 says a task's own id is invalid to scancel)
+    slurm.run("scancel", app.resolve("w2/job"))
     assert app.wait_for("failed", timeout=20) == "failed"
     assert "job %d" % victim in comps(app)["w2"]["info"]
     assert len(made(slurm, app)) == 4

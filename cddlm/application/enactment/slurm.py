@@ -197,7 +197,7 @@ class SlurmRunner:
         recorded), then remove its files."""
         try:
             jobs, _ = self.slurm.jobs(since=time.monotonic())
-            left = [j.id for j in jobs.values() if j.live and self._ours(j)
+            left = [j.ref for j in jobs.values() if j.live and self._ours(j)
                     and _comment_fields(j.comment).get("app") == app_id]
             self.slurm.cancel(left)
         except SlurmUnavailable as e:
