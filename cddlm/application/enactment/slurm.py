@@ -199,7 +199,7 @@ class SlurmRunner:
             jobs, _ = self.slurm.jobs(since=time.monotonic())
             left = [j.ref for j in jobs.values() if j.live and self._ours(j)
                     and _comment_fields(j.comment).get("app") == app_id]
-            self.slurm.cancel(left)
+            self.slurm.cancel(left, side_by_side=self.settings.slurm_submits)
         except SlurmUnavailable as e:
             log.warning("cannot look for jobs of %s left in Slurm: %s", app_id, e)
         self.files.remove_app(app_id)
@@ -578,9 +578,11 @@ class SlurmRunner:
             for _, job, sig, _ in found:
                 if job.state == "RUNNING":
                     by_signal.setdefault(sig, []).append(job.ref)
-            self.slurm.cancel([job.ref for _, job, _, _ in found if job.state != "RUNNING"])
+            side = self.settings.slurm_submits
+            self.slurm.cancel([job.ref for _, job, _, _ in found if job.state != "RUNNING"],
+                              side_by_side=side)
             for sig, refs in by_signal.items():
-                self.slurm.cancel(refs, sig)
+                self.slurm.cancel(refs, sig, side_by_side=side)
         except SlurmUnavailable as e:
             raise Later(2.0, str(e)) from None
         waits = []

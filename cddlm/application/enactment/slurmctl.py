@@ -22,6 +22,7 @@ import shutil
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +34,8 @@ MAX_OUTPUT = 64 * 1024 * 1024   # bytes of one command's answer (squeue over man
 LIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING",
                   "SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
 
+
+CANCEL_SHARE = 50     # jobs one scancel is given at least, when many are split over several
 
 # what scancel says of a job that ended meanwhile: nothing to do, no failure
 ENDED_ALREADY = re.compile(r"already completing or completed|Invalid job id specified|"
@@ -232,13 +235,23 @@ class Slurm:
             raise SlurmUnavailable("sbatch answered %r, not a job id" % out[:200])
         return int(first)
 
-    def cancel(self, ids: list[int | str], signal: str | None = None) -> None:
+    def cancel(self, ids: list[int | str], signal: str | None = None, side_by_side: int = 1) -> None:
         """``scancel`` the jobs (ids, or ``ARRAY_TASK`` for an array's task); with ``signal``,
-        only send it to each job's batch step."""
-        if not ids:
+        only send it to each job's batch step. scancel asks the controller once per job (an
+        array's task too), one after the other: many are split over up to ``side_by_side``
+        scancels at once (at least ``CANCEL_SHARE`` jobs each)."""
+        names = sorted({str(i) for i in ids})
+        if not names:
             return
         argv = ["scancel"] + (["--signal=" + signal, "--batch"] if signal else [])
-        self.run(argv + sorted({str(i) for i in ids}), benign=ENDED_ALREADY)
+        parts = max(1, min(side_by_side, len(names) // CANCEL_SHARE))
+        if parts == 1:
+            self.run(argv + names, benign=ENDED_ALREADY)
+            return
+        with ThreadPoolExecutor(parts, thread_name_prefix="cddlm-scancel") as pool:
+            for done in [pool.submit(self.run, argv + names[n::parts], benign=ENDED_ALREADY)
+                         for n in range(parts)]:
+                done.result()       # (the first failure, once all were asked)
 
     # -- nodes ----------------------------------------------------------------------------------
     def nodes(self, fresh: bool = False) -> dict[str, dict]:
