@@ -586,18 +586,22 @@ class SlurmRunner:
         except SlurmUnavailable as e:
             raise Later(2.0, str(e)) from None
         waits = []
+        due = _Cancels(self.slurm, self.settings.slurm_submits)
         for key, job, sig, grace in found:
-            w = self._stopping(self._ref(job), None, grace, job)
+            w = self._stopping(self._ref(job), None, grace, job, due)
             w.key = key
             waits.append(w)
         _wait_all(waits, keep_lease, report)
 
-    def _stopping(self, ref: Ref, sig: str | None, grace: float, job: Job | None = None) -> "_Wait":
+    def _stopping(self, ref: Ref, sig: str | None, grace: float, job: Job | None = None,
+                  due: "_Cancels | None" = None) -> "_Wait":
         """Wait for the job (or array task) to end: ``sig`` to its batch step now (None:
-        already sent), the whole job cancelled after ``grace`` seconds; after that Slurm ends
-        it (on its node, when the node answers), and the wait ends ``GIVE_UP`` seconds later
-        in any case."""
+        already sent), the whole job cancelled after ``grace`` seconds (with the others of
+        ``due`` whose grace is over too: one scancel for all); after that Slurm ends it (on
+        its node, when the node answers), and the wait ends ``GIVE_UP`` seconds later in any
+        case."""
         name = ref_text(ref)
+        due = due or _Cancels(self.slurm, 1)
         if sig is not None:
             try:
                 self.slurm.cancel([name], sig)
@@ -623,24 +627,50 @@ class SlurmRunner:
                 jobs, top = None, 0
             if jobs is not None:
                 j, knows = self._look(jobs, top, ref)
-                if j is None and knows:
+                if (j is None and knows) or (j is not None and not j.live and j.state != "COMPLETING"):
+                    due.drop(name)
+                    known["job"] = j or known["job"]
                     return stopped()
-                if j is not None:
-                    known["job"] = j
-                    if not j.live and j.state != "COMPLETING":
-                        return stopped()
+                known["job"] = j or known["job"]
             if time.monotonic() >= state["deadline"]:
                 if state["cancelled"]:
                     return stopped("job %s was cancelled; Slurm ends it on node %s when the "
                                    "node answers" % (name, getattr(known["job"], "node", "?")))
-                try:
-                    self.slurm.cancel([name])
-                except SlurmUnavailable:
-                    pass
+                due.cancel(name)
                 state.update(cancelled=True,
                              deadline=time.monotonic() + GIVE_UP + self.settings.slurm_timeout)
             return None
+        due.expect(name, state["deadline"])
         return _Wait(poll, STOP_POLL)
+
+
+class _Cancels:
+    """The cancels after the grace of a batch's stops: the first stop whose grace is over
+    cancels every job of the batch whose grace is over too, in one (split) scancel, rather
+    than a scancel each one after the other."""
+
+    def __init__(self, slurm: Slurm, side_by_side: int):
+        self.slurm, self.side_by_side = slurm, side_by_side
+        self.waiting: dict[str, float] = {}     # ref -> when its grace is over
+
+    def expect(self, name: str, deadline: float) -> None:
+        self.waiting[name] = deadline
+
+    def drop(self, name: str) -> None:
+        self.waiting.pop(name, None)
+
+    def cancel(self, name: str) -> None:
+        """Cancel ``name`` (unless an earlier call did) and the others whose grace is over."""
+        if name not in self.waiting:
+            return
+        now = time.monotonic()
+        names = [n for n, deadline in self.waiting.items() if deadline <= now] or [name]
+        for n in names:
+            del self.waiting[n]
+        try:
+            self.slurm.cancel(names, side_by_side=self.side_by_side)
+        except SlurmUnavailable as e:
+            log.info("could not cancel %d jobs: %s", len(names), e)
 
 
 @dataclass
