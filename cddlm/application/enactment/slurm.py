@@ -1,20 +1,26 @@
 """The Slurm runner: enacts the components placed on a host whose agent is ``slurm:NODE`` (or
 ``slurm``: the node named like the host) as batch jobs pinned to that node.
 
-Placement is the portal's (its solver chose the host); Slurm is told exactly where: ``sbatch
---parsable -w NODE -J <stable name> --comment <app, generation, path> -o/-e <the component's
-logs> --no-requeue``, with the component's ``cpu`` and ``memory`` (MiB) demands as
-``--cpus-per-task`` and ``--mem``. sbatch runs with the component's environment, which the job
-gets; its script, given on sbatch's standard input, ``exec``s the component's argv, so the job
-is the process and its signals are the process's.
+Placement is the portal's (its solver chose the host); Slurm is told exactly where. A node's
+share of a batch (one application's components with the same demands) is one job array:
+``sbatch --parsable -w NODE --array=0-(k-1) -J <stable name> --comment <app, generation, array
+key> --no-requeue``, its script dispatching on ``$SLURM_ARRAY_TASK_ID`` to each component's
+output files, directory, environment and argv (``exec``: the task is the process). A component
+alone (a restart) is a job of its own, ``-J <stable name> --comment <app, generation, path>
+-o/-e <its logs>``. The ``cpu`` and ``memory`` (MiB) demands are ``--cpus-per-task`` and
+``--mem``. sbatch runs with the environment (an array's: what its tasks share), which the job
+gets.
 
-Identity: a job's id is recorded as the component's pid, and its submit time as the pid's start
-time (``slurm:<time>``: no process of this machine ever matches it). A start looks before it
-submits: a live job of this user with the component's name and comment is adopted, so a start
-repeated after a portal crash never makes a second job; a stop without a recorded id looks the
-same way. Liveness reads one ``squeue --json`` per sweep for every job of every Slurm host
-(``slurmctl.Slurm`` shares it). Stopping sends the component's signal to the batch step
-(``scancel --signal=SIG --batch``), and cancels the job after its grace.
+Identity: a job's (an array task's own) id is recorded as the component's pid, and its submit
+time as the pid's start time (``slurm:<time>``, a task's ``slurm:<time>:ARRAY_TASK``: no process
+of this machine ever matches it). A start looks before it submits: a live job of this user with
+the component's name and comment is adopted, and so is its task in a live array of its
+application, which an array's manifest (task index -> path, written before its sbatch) names;
+so a start repeated after a portal crash never makes a second job or array; a stop without a
+recorded id looks the same way. Liveness reads one ``squeue --json`` per sweep for every job of
+every Slurm host (``slurmctl.Slurm`` shares it). Stopping sends the component's signal to the
+batch step (``scancel --signal=SIG --batch JOBID`` or ``ARRAY_TASK``: a task alone), and cancels
+the job after its grace.
 
 One runner serves every host of the cluster, so the engine hands it a batch's components on
 all nodes at once. Logs are the job's output files, in the component's directory under
