@@ -251,10 +251,11 @@ class Counting(Slurm):
         return got
 
 
-def share(tmp_path, slurm_client: Slurm, n: int, node: str = "n2", argv=("sleep", "600")):
+def share(tmp_path, slurm_client: Slurm, n: int, node: str = "n2", argv=("sleep", "600"), **more):
     runner = SlurmRunner(slurm_client, str(tmp_path / "slurm"), Settings()).add(Host(node, "slurm:" + node))
     app_id = "urn:uuid:%s" % uuid.uuid4()
-    targets = [Target(app_id, "w%d" % i, "process", {"argv": list(argv), "env": {"ONLY_%d" % i: "it's %d" % i}},
+    targets = [Target(app_id, "w%d" % i, "process",
+                      {"argv": list(argv), "env": {"ONLY_%d" % i: "it's %d" % i}, **more},
                       node, generation=1) for i in range(n)]
     for t in targets:
         assert runner.deploy(t).event == "deployed"
@@ -330,7 +331,8 @@ def test_a_submit_whose_answer_was_lost_is_adopted_without_a_second_array(slurm,
 def test_stopping_one_task_leaves_its_siblings_running_and_a_restart_is_a_job_of_its_own(slurm, tmp_path):
     client = Counting()
     runner, targets = share(tmp_path, client, 3, argv=(
-        "sh", "-c", "trap 'echo got TERM; exit 0' TERM; echo up; while :; do sleep 0.2; done"))
+        "sh", "-c", "trap 'echo got TERM; exit 0' TERM; echo up; while :; do sleep 0.2; done"),
+        readiness={"log": "up"})      # (Slurm says RUNNING before slurmd launched the script)
     got = start_all(runner, targets)
     assert client.submits == 1
     victim = targets[1]
