@@ -225,7 +225,10 @@ class SlurmCluster:
             "JobAcctGatherType=jobacct_gather/none",
             "AccountingStorageType=accounting_storage/none",
             "SchedulerType=sched/backfill",
-            "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0",
+            # a scheduling pass on an event (a submit) looks at default_queue_depth jobs, an
+            # array's tasks each one: 100 (the default) leaves the rest of a 100-task array
+            # to the full pass, every sched_interval (60 s)
+            "SchedulerParameters=batch_sched_delay=0,sched_min_interval=0,default_queue_depth=2000",
             "SelectType=select/cons_tres", "SelectTypeParameters=CR_CPU",
             "KillWait=%d" % self.kill_wait,
             "SlurmdTimeout=%d" % self.slurmd_timeout,

@@ -21,7 +21,7 @@ import pytest
 from cddlm import ns
 from cddlm.application.enactment.local import Target
 from cddlm.application.enactment.slurm import SlurmRunner, job_comment, job_name
-from cddlm.application.enactment.slurmctl import Slurm
+from cddlm.application.enactment.slurmctl import Slurm, SlurmUnavailable
 from cddlm.application.hosts import Host
 from cddlm.client import Portal
 from cddlm.config import Settings
@@ -115,15 +115,36 @@ def jobs(slurm: SlurmCluster) -> dict[int, dict]:
     return {j["job_id"]: j for j in raw}
 
 
+LIVE = ("PENDING", "CONFIGURING", "RUNNING")
+
+
 def live_jobs(slurm: SlurmCluster, name: str) -> list[dict]:
-    return [j for j in jobs(slurm).values() if j["name"] == name
-            and j["job_state"] in ("PENDING", "CONFIGURING", "RUNNING")]
+    return [j for j in jobs(slurm).values() if j["name"] == name and j["job_state"] in LIVE]
+
+
+def of_app(slurm: SlurmCluster, app_id: str) -> list[dict]:
+    """Every job (or array task) Slurm has of the application, whatever its state."""
+    return [j for j in jobs(slurm).values() if ("app=%s " % app_id) in j["comment"]]
 
 
 def made(slurm: SlurmCluster, app) -> list[int]:
-    """Every job Slurm has of the application's components, whatever its state."""
-    names = {job_name(app.id, c["path"]) for c in app.components()}
-    return [i for i, j in jobs(slurm).items() if j["name"] in names]
+    return [j["job_id"] for j in of_app(slurm, app.id)]
+
+
+def arrays_of(slurm: SlurmCluster, app_id: str) -> set[int]:
+    """The job arrays Slurm has of the application."""
+    return {j["array_job_id"] for j in of_app(slurm, app_id) if j["array_job_id"]}
+
+
+def submitted_as(job: dict, app_id: str, path: str) -> None:
+    """``job`` is the component's: a job of its own (named after it), or a task of a job
+    array of its application."""
+    if job["array_job_id"]:
+        assert job["comment"].startswith("cddlm app=%s gen=1 array=" % app_id), job["comment"]
+        assert job["array_task_id"] is not None
+    else:
+        assert job["name"] == job_name(app_id, path)
+        assert job["comment"] == job_comment(app_id, 1, path)
 
 
 def processes_of(app_id: str) -> list[int]:
@@ -164,17 +185,21 @@ def test_the_cluster_is_the_datacenter_and_slurm_runs_what_the_solver_placed_whe
         '<group name="pair"><member>a</member><member>b</member></group>'
         '<policy type="collocation" level="switch0" group="pair" hard="true"/>'
         '<policy type="anti-collocation" level="host" group="pair" hard="true"/>'))
+    submits = front.calls("sbatch")
     app = deploy(front, text)
     placed = comps(app)
     assert {placed["a"]["host"], placed["b"]["host"]} == {"n1", "n2"}
     assert placed["db"]["host"] == "n1"
+    assert front.calls("sbatch") - submits == 2     # one per node's share: n1's is an array
     now = jobs(slurm)
     for path, c in placed.items():
-        job = now[c["pid"]]                       # the pid recorded is the job's id
+        job = now[c["pid"]]                       # the pid recorded is the job's (task's) id
         assert job["job_state"] == "RUNNING"
         assert job["batch_host"] == c["host"]     # sbatch -w: exactly where the solver said
-        assert job["name"] == job_name(app.id, path)
-        assert job["comment"] == job_comment(app.id, 1, path)
+        submitted_as(job, app.id, path)
+        assert app.resolve("%s/job" % path) == (
+            "%d_%d" % (job["array_job_id"], job["array_task_id"]) if job["array_job_id"]
+            else str(job["job_id"]))
     # liveness: one squeue per sweep for all jobs, not one per component
     before, started = front.calls("squeue"), time.monotonic()
     time.sleep(4)
@@ -203,6 +228,130 @@ def test_a_start_repeated_after_a_crash_adopts_the_job_it_finds(slurm, tmp_path)
     assert runner.check(t, first.pid, first.pid_start).event == "failed"
     Slurm().cancel([first.pid], "TERM")     # a job that ended meanwhile: nothing to do, no error
     Slurm().cancel([first.pid])
+
+
+class Counting(Slurm):
+    """The Slurm client, counting its submits; ``lose`` submits (sbatch runs, its answer is
+    lost) or ``refuse`` them (raises before sbatch runs), as a portal killed on either side
+    of the submit would."""
+
+    def __init__(self, lose: int = 0, refuse: int = 0):
+        super().__init__()
+        self.submits, self.lose, self.refuse = 0, lose, refuse
+
+    def submit(self, script, options, env):
+        if self.refuse:
+            self.refuse -= 1
+            raise SlurmUnavailable("refused before sbatch (a test)")
+        self.submits += 1
+        got = super().submit(script, options, env)
+        if self.lose:
+            self.lose -= 1
+            raise SlurmUnavailable("the answer of sbatch was lost (a test)")
+        return got
+
+
+def share(tmp_path, slurm_client: Slurm, n: int, node: str = "n2", argv=("sleep", "600"), **more):
+    runner = SlurmRunner(slurm_client, str(tmp_path / "slurm"), Settings()).add(Host(node, "slurm:" + node))
+    app_id = "urn:uuid:%s" % uuid.uuid4()
+    targets = [Target(app_id, "w%d" % i, "process",
+                      {"argv": list(argv), "env": {"ONLY_%d" % i: "it's %d" % i}, **more},
+                      node, generation=1) for i in range(n)]
+    for t in targets:
+        assert runner.deploy(t).event == "deployed"
+    return runner, targets
+
+
+def start_all(runner: SlurmRunner, targets: list, known: dict | None = None) -> dict[str, object]:
+    got: list = []
+    known = known or {}
+    runner.start_many([(t.path, t, *known.get(t.path, (None, None))) for t in targets],
+                      lambda: None, got.extend)
+    return dict(got)
+
+
+def test_a_nodes_share_is_one_job_array_and_each_task_runs_its_own_component(slurm, tmp_path):
+    client = Counting()
+    runner, targets = share(tmp_path, client, 5, argv=("sh", "-c", 'echo "$CDDLM_COMPONENT $ONLY_3 $PWD"; '
+                                                                   "echo err >&2; exec sleep 600"))
+    got = start_all(runner, targets)
+    assert client.submits == 1
+    assert {o.event for o in got.values()} == {"running"}, got
+    (array,) = arrays_of(slurm, targets[0].app_id)
+    now = jobs(slurm)
+    for n, t in enumerate(targets):
+        job = now[got[t.path].pid]
+        assert (job["array_job_id"], job["array_task_id"], job["batch_host"]) == (array, n, "n2")
+        assert got[t.path].runtime["job"] == "%d_%d" % (array, n)
+    # each task's output in its own component's logs, with its own environment and directory
+    w3 = runner.component_dir(targets[0].app_id, "w3")
+    assert wait_until(lambda: runner.log_read(targets[0].app_id, "w3", "stdout", lines=20)[0], 10)
+    assert runner.log_read(targets[0].app_id, "w3", "stdout", lines=20)[0] == [
+        "%s w3 it's 3 %s" % (targets[0].app_id, w3)]
+    assert runner.log_read(targets[0].app_id, "w1", "stderr", lines=20)[0] == ["err"]
+    assert "it's" not in runner.log_read(targets[0].app_id, "w1", "stdout", lines=20)[0][0]
+    stopped: list = []
+    runner.stop_many([(t.path, t, got[t.path].pid, got[t.path].pid_start) for t in targets], None,
+                     stopped.extend)
+    assert {o.event for _, o in stopped} == {"stopped"}
+    assert not [j for j in of_app(slurm, targets[0].app_id) if j["job_state"] in LIVE]
+    runner.remove_app(targets[0].app_id)
+
+
+def test_a_submit_whose_answer_was_lost_is_adopted_without_a_second_array(slurm, tmp_path):
+    client = Counting(lose=1)
+    runner, targets = share(tmp_path, client, 4)
+    with pytest.raises(Exception, match="lost"):       # the engine would ask again later
+        start_all(runner, targets)
+    # the portal restarted: a new runner, nothing recorded, the start asked again
+    again = Counting()
+    runner = SlurmRunner(again, str(tmp_path / "slurm"), Settings()).add(Host("n2", "slurm:n2"))
+    got = start_all(runner, targets)
+    assert again.submits == 0 and {o.event for o in got.values()} == {"running"}, got
+    assert len(arrays_of(slurm, targets[0].app_id)) == 1
+    assert len({o.pid for o in got.values()}) == 4
+    # and what was recorded finds each task again, one by one
+    for t in targets:
+        assert runner.check(t, got[t.path].pid, got[t.path].pid_start) is None
+    # a submit refused before sbatch ran: the next start submits the one array
+    client = Counting(refuse=1)
+    runner, others = share(tmp_path, client, 3)
+    with pytest.raises(Exception, match="refused"):
+        start_all(runner, others)
+    assert not of_app(slurm, others[0].app_id)
+    got2 = start_all(runner, others)
+    assert client.submits == 1 and {o.event for o in got2.values()} == {"running"}
+    assert len(arrays_of(slurm, others[0].app_id)) == 1
+    for r, ts in ((runner, others), (runner, targets)):
+        r.remove_app(ts[0].app_id)
+    assert wait_until(lambda: not [j for j in of_app(slurm, targets[0].app_id) + of_app(slurm, others[0].app_id)
+                                   if j["job_state"] in LIVE], 10)
+
+
+def test_stopping_one_task_leaves_its_siblings_running_and_a_restart_is_a_job_of_its_own(slurm, tmp_path):
+    client = Counting()
+    runner, targets = share(tmp_path, client, 3, argv=(
+        "sh", "-c", "trap 'echo got TERM; exit 0' TERM; echo up; while :; do sleep 0.2; done"),
+        readiness={"log": "up"})      # (Slurm says RUNNING before slurmd launched the script)
+    got = start_all(runner, targets)
+    assert client.submits == 1
+    victim = targets[1]
+    out = runner.stop(victim, got[victim.path].pid, got[victim.path].pid_start, None)
+    assert out.event == "stopped"
+    assert wait_until(lambda: "got TERM" in runner.log_read(victim.app_id, victim.path, "stdout", lines=20)[0], 10)
+    now = jobs(slurm)
+    assert [now[got[t.path].pid]["job_state"] for t in targets] == ["RUNNING", "COMPLETED", "RUNNING"]
+    # the stopped one started again: a job of its own, not a second array, not an old task
+    again = start_all(runner, [victim], {victim.path: (got[victim.path].pid, got[victim.path].pid_start)})
+    assert client.submits == 2 and again[victim.path].event == "running"
+    job = jobs(slurm)[again[victim.path].pid]
+    assert not job["array_job_id"] and job["name"] == job_name(victim.app_id, victim.path)
+    assert len(arrays_of(slurm, victim.app_id)) == 1
+    stopped: list = []
+    runner.stop_many([(t.path, t, None, None) for t in targets], None, stopped.extend)
+    assert {o.event for _, o in stopped} == {"stopped"}
+    assert not [j for j in of_app(slurm, victim.app_id) if j["job_state"] in LIVE]
+    runner.remove_app(victim.app_id)
 
 
 # -- readiness, logs, values ---------------------------------------------------------------------
@@ -302,16 +451,17 @@ def test_a_portal_killed_and_restarted_adopts_every_job_and_submits_none_twice(s
     front.lp = start_portal(front.folder)
     app = front.portal.lookup(app.id)
     assert app.wait_for("running", "failed", timeout=60) == "running", app.components()
-    for path, c in comps(app).items():
-        (job,) = live_jobs(slurm, job_name(app.id, path))       # one job each, never two
-        assert job["job_id"] == c["pid"]
-    assert len(made(slurm, app)) == 4         # (a sbatch cut short by the kill made none)
+    live = [j for j in of_app(slurm, app.id) if j["job_state"] in LIVE]
+    assert sorted(j["job_id"] for j in live) == sorted(c["pid"] for c in comps(app).values())
+    assert len(made(slurm, app)) == 4         # one each, never two (a sbatch cut short made none)
     front.lp.stop(signal.SIGKILL)           # and once more while they run
     front.lp = start_portal(front.folder)
     app = front.portal.lookup(app.id)
     assert app.state() == "running"
     victim = comps(app)["w2"]["pid"]
-    slurm.run("scancel", str(victim))       # ended outside the portal: the new portal sees it
+    # ended outside the portal: the new portal sees it (an array's task is cancelled as
+    # ARRAY_TASK, the value "job": Slurm 22.05 says a task's own id is invalid to scancel)
+    slurm.run("scancel", app.resolve("w2/job"))
     assert app.wait_for("failed", timeout=20) == "failed"
     assert "job %d" % victim in comps(app)["w2"]["info"]
     assert len(made(slurm, app)) == 4

@@ -1,20 +1,26 @@
 """The Slurm runner: enacts the components placed on a host whose agent is ``slurm:NODE`` (or
 ``slurm``: the node named like the host) as batch jobs pinned to that node.
 
-Placement is the portal's (its solver chose the host); Slurm is told exactly where: ``sbatch
---parsable -w NODE -J <stable name> --comment <app, generation, path> -o/-e <the component's
-logs> --no-requeue``, with the component's ``cpu`` and ``memory`` (MiB) demands as
-``--cpus-per-task`` and ``--mem``. sbatch runs with the component's environment, which the job
-gets; its script, given on sbatch's standard input, ``exec``s the component's argv, so the job
-is the process and its signals are the process's.
+Placement is the portal's (its solver chose the host); Slurm is told exactly where. A node's
+share of a batch (one application's components with the same demands) is one job array:
+``sbatch --parsable -w NODE --array=0-(k-1) -J <stable name> --comment <app, generation, array
+key> --no-requeue``, its script dispatching on ``$SLURM_ARRAY_TASK_ID`` to each component's
+output files, directory, environment and argv (``exec``: the task is the process). A component
+alone (a restart) is a job of its own, ``-J <stable name> --comment <app, generation, path>
+-o/-e <its logs>``. The ``cpu`` and ``memory`` (MiB) demands are ``--cpus-per-task`` and
+``--mem``. sbatch runs with the environment (an array's: what its tasks share), which the job
+gets.
 
-Identity: a job's id is recorded as the component's pid, and its submit time as the pid's start
-time (``slurm:<time>``: no process of this machine ever matches it). A start looks before it
-submits: a live job of this user with the component's name and comment is adopted, so a start
-repeated after a portal crash never makes a second job; a stop without a recorded id looks the
-same way. Liveness reads one ``squeue --json`` per sweep for every job of every Slurm host
-(``slurmctl.Slurm`` shares it). Stopping sends the component's signal to the batch step
-(``scancel --signal=SIG --batch``), and cancels the job after its grace.
+Identity: a job's (an array task's own) id is recorded as the component's pid, and its submit
+time as the pid's start time (``slurm:<time>``, a task's ``slurm:<time>:ARRAY_TASK``: no process
+of this machine ever matches it). A start looks before it submits: a live job of this user with
+the component's name and comment is adopted, and so is its task in a live array of its
+application, which an array's manifest (task index -> path, written before its sbatch) names;
+so a start repeated after a portal crash never makes a second job or array; a stop without a
+recorded id looks the same way. Liveness reads one ``squeue --json`` per sweep for every job of
+every Slurm host (``slurmctl.Slurm`` shares it). Stopping sends the component's signal to the
+batch step (``scancel --signal=SIG --batch JOBID`` or ``ARRAY_TASK``: a task alone), and cancels
+the job after its grace.
 
 One runner serves every host of the cluster, so the engine hands it a batch's components on
 all nodes at once. Logs are the job's output files, in the component's directory under
@@ -32,14 +38,18 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import shlex
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 from sqlalchemy import select
 
 from cddlm.application.enactment import logs
+from cddlm.application.enactment.confine import Escape
 from cddlm.application.enactment.local import (READINESS_TIMEOUT, Later, LocalRunner, Outcome,
                                                Report, Target, _run_all, _Wait, _wait_all,
                                                readiness)
@@ -56,6 +66,10 @@ AGENT = "slurm"
 DOWN_PREFIX = "slurm:"       # the reason the node monitor gives; only it lifts such a mark
 STOP_POLL = 0.2              # seconds between looks at stopping jobs
 GIVE_UP = 10.0               # seconds after the cancel a stop stops waiting (Slurm ends the job)
+MAX_ARRAY = 1000             # tasks of one job array (Slurm's MaxArraySize is 1001 by default)
+ARRAYS = "arrays"            # the folder of the job arrays' manifests, by application
+ARRAY_KEY = re.compile(r"[0-9a-f]{20}")
+SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def is_slurm_agent(agent: str) -> bool:
@@ -75,13 +89,22 @@ def job_comment(app_id: str, generation: int, path: str) -> str:
     return "cddlm app=%s gen=%d path=%s" % (app_id, generation, path)
 
 
+def array_comment(app_id: str, generation: int, key: str) -> str:
+    """The comment of a share submitted as one job array: its tasks' components are in the
+    array's manifest, ``key`` (``SlurmRunner._manifest``)."""
+    return "cddlm app=%s gen=%d array=%s" % (app_id, generation, key)
+
+
 def _comment_fields(comment: str) -> dict[str, str]:
+    """app, gen, and path (one component's job) or array (a share's job array)."""
     if not comment.startswith("cddlm "):
         return {}
     out: dict[str, str] = {}
     for key in ("app", "gen", "path"):
         marker = key + "="
         at = comment.find(" " + marker)
+        if at < 0 and key == "path":
+            at, marker, key = comment.find(" array="), "array=", "array"
         if at < 0:
             return {}
         rest = comment[at + 1 + len(marker):]
@@ -90,13 +113,35 @@ def _comment_fields(comment: str) -> dict[str, str]:
 
 
 def identity(job: Job) -> str:
-    """What the store keeps as the job's "start time": with its id, the job."""
+    """What the store keeps as the job's "start time": with its id, the job (an array's task:
+    with the array's id and its index, ``ARRAY_TASK``, which name it in Slurm)."""
+    if job.array_id and job.task is not None:
+        return "slurm:%d:%d_%d" % (job.submitted, job.array_id, job.task)
     return "slurm:%d" % job.submitted
+
+
+Ref = int | tuple[int, int]         # a job's id, or (array id, index) of an array's task
+
+
+def recorded_task(started: str | None) -> tuple[int, int] | None:
+    """The array task an identity (``identity``) names; None for a plain job's."""
+    array, sep, task = (started or "").partition(":")[2].partition(":")[2].partition("_")
+    return (int(array), int(task)) if sep and array.isdigit() and task.isdigit() else None
+
+
+def ref_text(ref) -> str:
+    return "%d_%d" % ref if isinstance(ref, tuple) else str(ref)
+
+
+def _where(job: Job) -> str:
+    if job.array_id and job.task is not None:
+        return "job %d (array task %s) on node %s" % (job.id, job.ref, job.node or "?")
+    return "job %d on node %s" % (job.id, job.node or "?")
 
 
 def ended(job: Job, node_reason: str | None = None) -> Outcome:
     """How a job that is no longer running ended, as the local runner says it of a process."""
-    where = "job %d on node %s" % (job.id, job.node or "?")
+    where = _where(job)
     status = job.exit_status
     if job.state == "NODE_FAIL":
         return Outcome("failed", "%s: the node failed%s" % (
@@ -158,24 +203,38 @@ class SlurmRunner:
         recorded), then remove its files."""
         try:
             jobs, _ = self.slurm.jobs(since=time.monotonic())
-            left = [j.id for j in jobs.values() if j.live and self._ours(j)
+            left = [j.ref for j in jobs.values() if j.live and self._ours(j)
                     and _comment_fields(j.comment).get("app") == app_id]
-            self.slurm.cancel(left)
+            self.slurm.cancel(left, side_by_side=self.settings.slurm_submits)
         except SlurmUnavailable as e:
             log.warning("cannot look for jobs of %s left in Slurm: %s", app_id, e)
         self.files.remove_app(app_id)
+        shutil.rmtree(self._arrays_dir(app_id), ignore_errors=True)
 
     # -- finding a component's job ----------------------------------------------------------------
     def _ours(self, job: Job, node: str | None = None) -> bool:
         return job.user_id == self.uid and job.name.startswith("cddlm-") and \
             (node is None or job.node in ("", node))
 
+    def _look(self, jobs: dict[int, Job], top: int, ref: Ref) -> tuple[Job | None, bool]:
+        """The job (or array task) ``ref`` in a snapshot of ``Slurm.jobs``, and whether the
+        snapshot knows it or its array (one newer than the snapshot is not there yet)."""
+        if isinstance(ref, tuple):
+            return self.slurm.task(jobs, *ref), ref[0] <= top
+        return jobs.get(ref), ref <= top
+
+    @staticmethod
+    def _ref(job: Job) -> Ref:
+        return (job.array_id, job.task) if job.array_id and job.task is not None else job.id
+
     def _find(self, t: Target, job_id: int | None, started: str | None,
-              jobs: dict[int, Job]) -> Job | None:
+              jobs: dict[int, Job], arrays: dict[tuple[str, str], tuple[int, int]]) -> Job | None:
         """The component's live job: the recorded one, else one of this user with its name
-        and comment (a submit whose answer was lost)."""
-        known = jobs.get(job_id or 0)
-        if known is not None and known.live and (not started or identity(known) == started):
+        and comment (a submit whose answer was lost), else its task in a live job array of
+        its application (``arrays``: what their manifests say)."""
+        task = recorded_task(started)
+        known = self.slurm.task(jobs, *task) if task else jobs.get(job_id or 0)
+        if known is not None and known.live and (task or not started or identity(known) == started):
             return known
         name = job_name(t.app_id, t.path)
         for job in jobs.values():
@@ -183,7 +242,50 @@ class SlurmRunner:
             if job.live and job.name == name and self._ours(job, self.node(t.host)) and \
                     fields.get("app") == t.app_id and fields.get("path") == t.path:
                 return job
-        return None
+        task = arrays.get((t.app_id, t.path))
+        job = self.slurm.task(jobs, *task) if task else None
+        return job if job is not None and job.live and self._ours(job, self.node(t.host)) else None
+
+    def _arrays(self, jobs: dict[int, Job], apps: set[str]) -> dict[tuple[str, str], tuple[int, int]]:
+        """(application, path) -> (array id, index) of every live task of this user's job
+        arrays of ``apps``, as the arrays' manifests say."""
+        found: dict[tuple[str, str], tuple[int, int]] = {}
+        read: set[int] = set()
+        for job in jobs.values():
+            fields = _comment_fields(job.comment)
+            if not job.array_id or job.array_id in read or fields.get("app") not in apps or \
+                    "array" not in fields or not job.live or not self._ours(job):
+                continue
+            read.add(job.array_id)
+            for index, path in self._manifest(fields["app"], fields["array"]).items():
+                task = self.slurm.task(jobs, job.array_id, index)
+                if task is not None and task.live:
+                    found[(fields["app"], path)] = (job.array_id, index)
+        return found
+
+    def _arrays_dir(self, app_id: str) -> str:
+        """Where the manifests of an application's job arrays are (beside, not among, the
+        components' directories)."""
+        return os.path.join(self.files.root, ARRAYS, os.path.basename(self.files.app_dir(app_id)))
+
+    def _manifest_path(self, app_id: str, key: str) -> str:
+        return os.path.join(self._arrays_dir(app_id), key)
+
+    def _manifest(self, app_id: str, key: str) -> dict[int, str]:
+        """An array's tasks: index -> component path (written before its submit)."""
+        if not ARRAY_KEY.fullmatch(key):
+            return {}
+        try:
+            with open(self._manifest_path(app_id, key), encoding="utf-8") as f:
+                lines = f.read().splitlines()
+        except OSError:
+            return {}
+        out = {}
+        for line in lines:
+            index, _, path = line.partition(" ")
+            if index.isdigit() and path:
+                out[int(index)] = path
+        return out
 
     # -- deploy -----------------------------------------------------------------------------------
     def deploy(self, t: Target) -> Outcome:
@@ -223,63 +325,125 @@ class SlurmRunner:
             # one look for the whole batch: what an earlier, interrupted start submitted is
             # there; what this batch submits it knows (a look per submit cost O(N^2))
             seen, _ = self.slurm.jobs(since=time.monotonic())
-            ids = self._submit_all(mine, seen, keep_lease, report)
+            refs = self._submit_all(mine, seen, keep_lease, report)
         except SlurmUnavailable as e:
             raise Later(2.0, str(e)) from None
-        _run_all([(key, t, ids[n]) for n, (key, t, _, _) in enumerate(mine) if n in ids],
+        _run_all([(key, t, refs[n]) for n, (key, t, _, _) in enumerate(mine) if n in refs],
                  self._starting, keep_lease, report)
 
     def _submit_all(self, mine: list[tuple], seen: dict[int, Job], keep_lease: Callable[[], None],
-                    report: Report) -> dict[int, int]:
+                    report: Report) -> dict[int, Ref]:
         """Each component's job (by its place in ``mine``): its live job in ``seen``, or one
-        submitted now, ``Settings.slurm_submits`` at once. ``SlurmUnavailable`` once the others
-        are done when one could not be submitted (the retry finds those that were)."""
-        ids: dict[int, int] = {}
-        todo: list[tuple[int, Target]] = []
+        submitted now: a node's share (of one application, with the same demands) as one job
+        array, a component alone as a job; ``Settings.slurm_submits`` at once.
+        ``SlurmUnavailable`` once the others are done when one could not be submitted (the
+        retry finds those that were)."""
+        refs: dict[int, Ref] = {}
+        arrays = self._arrays(seen, {t.app_id for _, t, _, _ in mine})
+        shares: dict[tuple, list[tuple[int, Target, _Prepared]]] = {}
         for n, (key, t, known_id, known_start) in enumerate(mine):
             if t.user:
                 report([(key, Outcome("failed", "components on Slurm hosts run as the portal's "
                                                 "user: --run-as is not supported there (host %s)"
                                       % t.host))])
                 continue
-            job = self._find(t, known_id, known_start, seen)
+            job = self._find(t, known_id, known_start, seen, arrays)
             if job is not None:
-                ids[n] = job.id
+                refs[n] = self._ref(job)
+                continue
+            try:
+                prepared = self._prepare(t)
+            except (OSError, Escape) as e:
+                report([(key, Outcome("failed", "cannot start %s: %s" % (t.path, e)))])
+                continue
+            shares.setdefault((t.app_id, t.generation, prepared.node, tuple(prepared.demand)),
+                              []).append((n, t, prepared))
+        submits: list[Callable[[], dict[int, Ref]]] = []
+        for share in shares.values():
+            if len(share) == 1:
+                n, t, prepared = share[0]
+                submits.append(lambda n=n, t=t, p=prepared: {n: self._submit(t, p)})
             else:
-                todo.append((n, t))
+                for at in range(0, len(share), MAX_ARRAY):
+                    submits.append(lambda part=share[at:at + MAX_ARRAY]: self._submit_array(part))
         failed: SlurmUnavailable | None = None
         with ThreadPoolExecutor(max(1, self.settings.slurm_submits),
                                 thread_name_prefix="cddlm-sbatch") as pool:
-            futures = {pool.submit(self._submit, t): n for n, t in todo}
-            for done in as_completed(futures):
+            for done in as_completed([pool.submit(s) for s in submits]):
                 try:
-                    ids[futures[done]] = done.result()
+                    refs.update(done.result())
                 except SlurmUnavailable as e:
                     failed = e
                 keep_lease()
         if failed is not None:
             raise failed
-        return ids
+        return refs
 
-    def _submit(self, t: Target) -> int:
+    def _prepare(self, t: Target) -> "_Prepared":
         workdir = self.files._make_dirs(t, None)
         env = self.files._env(t, workdir)
         node = self.node(t.host)
         env.update(CDDLM_HOST=t.host, CDDLM_NODE=node)
-        cwd = self.files._cwd(t, workdir)
-        script = "#!/bin/sh\nexec %s\n" % " ".join(shlex.quote(str(a)) for a in t.attributes["argv"])
-        options = ["-w", node, "-J", job_name(t.app_id, t.path),
-                   "--comment", job_comment(t.app_id, t.generation, t.path),
-                   "-o", os.path.join(workdir, "stdout.log"), "-e", os.path.join(workdir, "stderr.log"),
-                   "--open-mode=append", "--no-requeue", "--chdir", cwd]
         demand = t.attributes.get("demand") or {}
+        options = []
         if demand.get("cpu"):
             options.append("--cpus-per-task=%d" % max(1, -(-float(demand["cpu"]) // 1)))
         if demand.get("memory"):
             options.append("--mem=%dM" % max(1, -(-float(demand["memory"]) // 1)))
-        return self.slurm.submit(script, options, env)
+        return _Prepared(workdir, self.files._cwd(t, workdir), env, node, options)
 
-    def _starting(self, t: Target, job_id: int) -> "_Wait":
+    def _submit(self, t: Target, p: "_Prepared") -> int:
+        """One component as a job of its own: its script ``exec``s its argv."""
+        script = "#!/bin/sh\nexec %s\n" % _argv(t)
+        options = ["-w", p.node, "-J", job_name(t.app_id, t.path),
+                   "--comment", job_comment(t.app_id, t.generation, t.path),
+                   "-o", os.path.join(p.workdir, "stdout.log"),
+                   "-e", os.path.join(p.workdir, "stderr.log"),
+                   "--open-mode=append", "--no-requeue", "--chdir", p.cwd] + p.demand
+        return self.slurm.submit(script, options, p.env)
+
+    def _submit_array(self, share: list[tuple[int, Target, "_Prepared"]]) -> dict[int, Ref]:
+        """A node's share as one job array: task ``i`` is the share's ``i``th component. Its
+        manifest (index -> path) is written first, so that a start repeated after a crash
+        finds the array (by its comment) and each component's task in it. The script
+        dispatches on ``$SLURM_ARRAY_TASK_ID``: the task's output to its component's logs,
+        its directory, the environment that differs from the share's, and ``exec`` of its
+        argv (the task is the process)."""
+        first = share[0][1]
+        node = share[0][2].node
+        paths = [t.path for _, t, _ in share]
+        key = hashlib.sha256(("%s|%s|%d|%d|%s" % (first.app_id, node, first.generation,
+                                                  time.time_ns(), "|".join(paths))).encode()
+                             ).hexdigest()[:20]
+        manifest = self._manifest_path(first.app_id, key)
+        os.makedirs(os.path.dirname(manifest), exist_ok=True)
+        with open(manifest + ".new", "w", encoding="utf-8") as f:
+            f.write("".join("%d %s\n" % (i, path) for i, path in enumerate(paths)))
+        os.replace(manifest + ".new", manifest)
+        common = dict(share[0][2].env)
+        for _, _, p in share[1:]:
+            common = {k: v for k, v in common.items() if p.env.get(k) == v}
+        lines = ["#!/bin/sh", 'case "$SLURM_ARRAY_TASK_ID" in']
+        for i, (_, t, p) in enumerate(share):
+            own = {k: v for k, v in p.env.items() if k not in common}
+            exports = " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in sorted(own.items())
+                               if SHELL_NAME.fullmatch(k))
+            odd = " ".join(shlex.quote("%s=%s" % kv) for kv in sorted(own.items())
+                           if not SHELL_NAME.fullmatch(kv[0]))
+            lines.append("%d) exec >>%s 2>>%s; cd %s || exit 1; %sexec %s%s;;" % (
+                i, shlex.quote(os.path.join(p.workdir, "stdout.log")),
+                shlex.quote(os.path.join(p.workdir, "stderr.log")), shlex.quote(p.cwd),
+                "export %s; " % exports if exports else "", "env %s " % odd if odd else "",
+                _argv(t)))
+        lines += ["esac", 'echo "cddlm: no component is task $SLURM_ARRAY_TASK_ID" >&2', "exit 127", ""]
+        options = ["-w", node, "--array=0-%d" % (len(share) - 1), "-J", "cddlm-" + key,
+                   "--comment", array_comment(first.app_id, first.generation, key),
+                   "-o", "/dev/null", "-e", "/dev/null", "--no-requeue",
+                   "--chdir", self.files.app_dir(first.app_id)] + share[0][2].demand
+        array = self.slurm.submit("\n".join(lines), options, common)
+        return {n: (array, i) for i, (n, _, _) in enumerate(share)}
+
+    def _starting(self, t: Target, ref: Ref) -> "_Wait":
         """Wait for the job to run (failing it after ``slurm_pending_timeout`` in the queue),
         then for its readiness condition."""
         ready = t.attributes.get("readiness")
@@ -290,12 +454,13 @@ class SlurmRunner:
         since = time.monotonic()
         state: dict[str, Any] = {"running": None}
         follower = None
+        name = ref_text(ref)
         if ready and "log" in ready:
             try:
                 follower = logs.Follower(self.files.app_dir(t.app_id), t.path, user_regex(
                     "(?m)" + str(ready["log"]), self.settings.limits.max_pattern_chars + 4))
             except PatternError as e:
-                return self._failing(job_id, Outcome("failed", "readiness log pattern: %s" % e))
+                return self._failing(ref, Outcome("failed", "readiness log pattern: %s" % e))
         timeout = float((ready or {}).get("timeout") or READINESS_TIMEOUT)
 
         def poll() -> Outcome | None:
@@ -303,21 +468,21 @@ class SlurmRunner:
                 jobs, top = self.slurm.jobs()
             except SlurmUnavailable as e:       # asked again at the next poll, for a while
                 if time.monotonic() - since > self.settings.slurm_pending_timeout:
-                    return Outcome("failed", "job %d: Slurm gave no answer for %g s: %s" % (
-                        job_id, self.settings.slurm_pending_timeout, e), pid=job_id)
+                    return Outcome("failed", "job %s: Slurm gave no answer for %g s: %s" % (
+                        name, self.settings.slurm_pending_timeout, e))
                 return None
-            job = jobs.get(job_id)
+            job, knows = self._look(jobs, top, ref)
             if job is None:
-                if job_id > top:
+                if not knows:
                     return None     # newer than the snapshot
-                return Outcome("failed", "job %d vanished from Slurm before it ran" % job_id)
+                return Outcome("failed", "job %s vanished from Slurm before it ran" % name)
             base = dict(pid=job.id, pid_start=identity(job), runtime={
-                "job": job.id, "node": job.node or node, "host": t.host, "workdir": workdir})
+                "job": job.ref, "node": job.node or node, "host": t.host, "workdir": workdir})
             if job.state in ("PENDING", "CONFIGURING", "REQUEUED"):
                 if time.monotonic() - since > self.settings.slurm_pending_timeout:
-                    return wait.become(self._failing(job_id, Outcome(
-                        "failed", "job %d still pending on node %s after %g s (%s)" % (
-                            job_id, node, self.settings.slurm_pending_timeout, job.reason),
+                    return wait.become(self._failing(ref, Outcome(
+                        "failed", "job %s still pending on node %s after %g s (%s)" % (
+                            name, node, self.settings.slurm_pending_timeout, job.reason),
                         **base)))
                 return None
             if not job.live:
@@ -336,9 +501,9 @@ class SlurmRunner:
             if problem is None:
                 return Outcome("running", **base)
             if time.monotonic() - state["running"] > timeout:
-                return wait.become(self._failing(job_id, Outcome(
-                    "failed", "not ready after %gs: %s (job %d on node %s)" % (
-                        timeout, problem, job_id, node), **base)))
+                return wait.become(self._failing(ref, Outcome(
+                    "failed", "not ready after %gs: %s (%s)" % (timeout, problem, _where(job)),
+                    **base)))
             return None
         wait = _Wait(poll, 0.1)
         return wait
@@ -360,9 +525,9 @@ class SlurmRunner:
             out.pid, out.pid_start, out.runtime = base["pid"], base["pid_start"], base["runtime"]
         return out
 
-    def _failing(self, job_id: int, failed: Outcome) -> "_Wait":
+    def _failing(self, ref: Ref, failed: Outcome) -> "_Wait":
         """``failed``, once the job is cancelled (TERM to its script, the rest 2 s later)."""
-        return self._stopping(job_id, "TERM", 2.0).ending_with(failed)
+        return self._stopping(ref, "TERM", 2.0).ending_with(failed)
 
     # -- check ------------------------------------------------------------------------------------
     def check(self, t: Target, job_id: int | None, started: str | None) -> Outcome | None:
@@ -375,12 +540,13 @@ class SlurmRunner:
         except SlurmUnavailable as e:
             log.info("cannot check the jobs of host %s: %s", t.host, e)
             return None     # Slurm's silence is not the job's failure
-        job = jobs.get(job_id)
+        ref = recorded_task(started) or job_id
+        job, knows = self._look(jobs, top, ref)
         if job is None or (started and identity(job) != started):
-            if job_id > top:
+            if not knows:
                 return None
-            return Outcome("failed", "job %d is no longer known to Slurm (it ended more than "
-                                     "MinJobAge ago; exit status unknown)" % job_id)
+            return Outcome("failed", "job %s is no longer known to Slurm (it ended more than "
+                                     "MinJobAge ago; exit status unknown)" % ref_text(ref))
         return None if job.live else self._ended(job)
 
     # -- stop -------------------------------------------------------------------------------------
@@ -391,59 +557,69 @@ class SlurmRunner:
 
     def stop_many(self, jobs: Iterable[tuple[Any, Target, int | None, str | None]],
                   keep_lease: Callable[[], None] | None, report: Report) -> None:
-        """Send each job its component's signal (one ``scancel`` per signal), then wait for them
-        together, cancelling each after its grace period."""
+        """Send each job (or array task) its component's signal (one ``scancel`` per signal),
+        then wait for them together, cancelling each after its grace period."""
         jobs = list(jobs)
         others = [j for j in jobs if j[1].type != "process"]
         if others:
             self.files.stop_many(others, keep_lease, report)
+        mine = [j for j in jobs if j[1].type == "process"]
         try:
             # a recent look will do, unless a job to stop may be newer than it
             live, top = self.slurm.jobs()
-            if any(not job_id or job_id > top for _, t, job_id, _ in jobs if t.type == "process"):
+            if any(not job_id or (recorded_task(started) or (job_id,))[0] > top
+                   for _, _, job_id, started in mine):
                 live, top = self.slurm.jobs(since=time.monotonic())
+            unrecorded = {t.app_id for _, t, job_id, _ in mine if not job_id}
+            arrays = self._arrays(live, unrecorded) if unrecorded else {}
             found: list[tuple[Any, Job | None, str, float]] = []
-            for key, t, job_id, started in jobs:
-                if t.type != "process":
-                    continue
+            for key, t, job_id, started in mine:
                 sig = str(t.attributes.get("stop_signal") or "TERM")
                 grace = t.attributes.get("grace")
-                found.append((key, self._find(t, job_id, started, live), sig,
+                found.append((key, self._find(t, job_id, started, live, arrays), sig,
                               float(grace) if grace is not None else 5.0))
             report([(key, Outcome("stopped")) for key, job, _, _ in found if job is None])
             found = [f for f in found if f[1] is not None]
-            by_signal: dict[str, list[int]] = {}
+            by_signal: dict[str, list[str]] = {}
             for _, job, sig, _ in found:
                 if job.state == "RUNNING":
-                    by_signal.setdefault(sig, []).append(job.id)
-            pending = [job.id for _, job, _, _ in found if job.state != "RUNNING"]
-            self.slurm.cancel(pending)
-            for sig, ids in by_signal.items():
-                self.slurm.cancel(ids, sig)
+                    by_signal.setdefault(sig, []).append(job.ref)
+            side = self.settings.slurm_submits
+            self.slurm.cancel([job.ref for _, job, _, _ in found if job.state != "RUNNING"],
+                              side_by_side=side)
+            for sig, refs in by_signal.items():
+                self.slurm.cancel(refs, sig, side_by_side=side)
         except SlurmUnavailable as e:
             raise Later(2.0, str(e)) from None
         waits = []
+        due = _Cancels(self.slurm, self.settings.slurm_submits)
         for key, job, sig, grace in found:
-            w = self._stopping(job.id, None, grace, job)
+            w = self._stopping(self._ref(job), None, grace, job, due)
             w.key = key
             waits.append(w)
         _wait_all(waits, keep_lease, report)
 
-    def _stopping(self, job_id: int, sig: str | None, grace: float, job: Job | None = None) -> "_Wait":
-        """Wait for the job to end: ``sig`` to its batch step now (None: already sent), the
-        whole job cancelled after ``grace`` seconds; after that Slurm ends it (on its node,
-        when the node answers), and the wait ends ``GIVE_UP`` seconds later in any case."""
+    def _stopping(self, ref: Ref, sig: str | None, grace: float, job: Job | None = None,
+                  due: "_Cancels | None" = None) -> "_Wait":
+        """Wait for the job (or array task) to end: ``sig`` to its batch step now (None:
+        already sent), the whole job cancelled after ``grace`` seconds (with the others of
+        ``due`` whose grace is over too: one scancel for all); after that Slurm ends it (on
+        its node, when the node answers), and the wait ends ``GIVE_UP`` seconds later in any
+        case."""
+        name = ref_text(ref)
+        due = due or _Cancels(self.slurm, 1)
         if sig is not None:
             try:
-                self.slurm.cancel([job_id], sig)
+                self.slurm.cancel([name], sig)
             except SlurmUnavailable as e:   # (a pending job takes no signal) cancelled after grace
-                log.info("could not signal job %d: %s", job_id, e)
+                log.info("could not signal job %s: %s", name, e)
         state = {"cancelled": False, "deadline": time.monotonic() + grace}
         known = {"job": job}
 
         def stopped(info: str | None = None) -> Outcome:
-            out = Outcome("stopped", info, pid=job_id)
             j = known["job"]
+            out = Outcome("stopped", info, pid=j.id if j is not None else
+                          ref if isinstance(ref, int) else None)
             if j is not None:
                 out.pid_start = identity(j)
                 if not j.live and j.state in ("COMPLETED", "FAILED"):
@@ -456,25 +632,65 @@ class SlurmRunner:
             except SlurmUnavailable:
                 jobs, top = None, 0
             if jobs is not None:
-                j = jobs.get(job_id)
-                if j is None and job_id <= top:
+                j, knows = self._look(jobs, top, ref)
+                if (j is None and knows) or (j is not None and not j.live and j.state != "COMPLETING"):
+                    due.drop(name)
+                    known["job"] = j or known["job"]
                     return stopped()
-                if j is not None:
-                    known["job"] = j
-                    if not j.live and j.state != "COMPLETING":
-                        return stopped()
+                known["job"] = j or known["job"]
             if time.monotonic() >= state["deadline"]:
                 if state["cancelled"]:
-                    return stopped("job %d was cancelled; Slurm ends it on node %s when the "
-                                   "node answers" % (job_id, getattr(known["job"], "node", "?")))
-                try:
-                    self.slurm.cancel([job_id])
-                except SlurmUnavailable:
-                    pass
+                    return stopped("job %s was cancelled; Slurm ends it on node %s when the "
+                                   "node answers" % (name, getattr(known["job"], "node", "?")))
+                due.cancel(name)
                 state.update(cancelled=True,
                              deadline=time.monotonic() + GIVE_UP + self.settings.slurm_timeout)
             return None
+        due.expect(name, state["deadline"])
         return _Wait(poll, STOP_POLL)
+
+
+class _Cancels:
+    """The cancels after the grace of a batch's stops: the first stop whose grace is over
+    cancels every job of the batch whose grace is over too, in one (split) scancel, rather
+    than a scancel each one after the other."""
+
+    def __init__(self, slurm: Slurm, side_by_side: int):
+        self.slurm, self.side_by_side = slurm, side_by_side
+        self.waiting: dict[str, float] = {}     # ref -> when its grace is over
+
+    def expect(self, name: str, deadline: float) -> None:
+        self.waiting[name] = deadline
+
+    def drop(self, name: str) -> None:
+        self.waiting.pop(name, None)
+
+    def cancel(self, name: str) -> None:
+        """Cancel ``name`` (unless an earlier call did) and the others whose grace is over."""
+        if name not in self.waiting:
+            return
+        now = time.monotonic()
+        names = [n for n, deadline in self.waiting.items() if deadline <= now] or [name]
+        for n in names:
+            del self.waiting[n]
+        try:
+            self.slurm.cancel(names, side_by_side=self.side_by_side)
+        except SlurmUnavailable as e:
+            log.info("could not cancel %d jobs: %s", len(names), e)
+
+
+@dataclass
+class _Prepared:
+    """What a component's submit needs, made before it (directories made, names resolved)."""
+    workdir: str
+    cwd: str
+    env: dict[str, str]
+    node: str
+    demand: list[str]       # --cpus-per-task, --mem
+
+
+def _argv(t: Target) -> str:
+    return " ".join(shlex.quote(str(a)) for a in t.attributes["argv"])
 
 
 class SlurmNodes:

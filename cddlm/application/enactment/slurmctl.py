@@ -14,6 +14,7 @@ job newer than the snapshot has a higher id than every job in it, so its absence
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -21,6 +22,7 @@ import shutil
 import subprocess
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,6 +34,8 @@ MAX_OUTPUT = 64 * 1024 * 1024   # bytes of one command's answer (squeue over man
 LIVE = frozenset({"PENDING", "CONFIGURING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING",
                   "SIGNALING", "STAGE_OUT", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD"})
 
+
+CANCEL_SHARE = 50     # jobs one scancel is given at least, when many are split over several
 
 # what scancel says of a job that ended meanwhile: nothing to do, no failure
 ENDED_ALREADY = re.compile(r"already completing or completed|Invalid job id specified|"
@@ -54,10 +58,19 @@ class Job:
     user_id: int
     exit_status: int        # a wait status: code << 8, or the signal's number
     submitted: int          # submit time (seconds): with the id, the job's identity
+    array_id: int = 0       # a job array's task: the array's id (0: not an array's)
+    task: int | None = None     # its index (None: the record of an array's pending tasks)
+    pending: str = ""       # that record's indices still pending ("0-5,7%2")
 
     @property
     def live(self) -> bool:
         return self.state in LIVE
+
+    @property
+    def ref(self) -> str:
+        """What ``scancel`` names it by: ``ARRAY_TASK`` for an array's task, else its id."""
+        return "%d_%d" % (self.array_id, self.task) if self.array_id and self.task is not None \
+            else str(self.id)
 
     @classmethod
     def of(cls, raw: dict) -> "Job":
@@ -67,7 +80,33 @@ class Job:
                    str(raw.get("state_reason") or ""),
                    str(raw.get("batch_host") or raw.get("nodes") or ""),
                    int(raw.get("user_id") if raw.get("user_id") is not None else -1),
-                   _number(raw.get("exit_code")), _number(raw.get("submit_time")))
+                   _number(raw.get("exit_code")), _number(raw.get("submit_time")),
+                   _number(raw.get("array_job_id")), _task(raw.get("array_task_id")),
+                   str(raw.get("array_task_string") or ""))
+
+
+def _task(value: Any) -> int | None:
+    """An array task's index (22.05: a number, or null for the pending ones' record; later
+    versions an object saying whether it is set)."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set", True) else None
+    try:
+        return None if value is None else int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def task_indices(text: str) -> set[int]:
+    """The indices of ``array_task_string`` (``0-5,7,9-11:2%4``)."""
+    out: set[int] = set()
+    for part in text.split("%", 1)[0].split(","):
+        part, _, step = part.partition(":")
+        first, _, last = part.partition("-")
+        try:
+            out.update(range(int(first), int(last or first) + 1, int(step or 1)))
+        except ValueError:
+            continue
+    return out
 
 
 def _number(value: Any) -> int:
@@ -92,6 +131,7 @@ class Slurm:
         self._took = 0.0                        # seconds the last squeue (and its JSON) took
         self._jobs: tuple[float, dict[int, Job], int] | None = None   # (when, by id, highest id)
         self._nodes: tuple[float, dict[str, dict]] | None = None
+        self._tasks: tuple[dict, dict[tuple[int, int], Job], dict[int, tuple[Job, set[int]]]] | None = None
 
     # -- running commands -----------------------------------------------------------------------
     def _command(self, name: str) -> str:
@@ -160,6 +200,25 @@ class Slurm:
                 self._jobs, self._took = (begun, jobs, top), time.monotonic() - begun
             return jobs, top
 
+    def task(self, jobs: dict[int, Job], array_id: int, task: int) -> Job | None:
+        """Task ``task`` of array ``array_id`` in the snapshot ``jobs`` (of ``jobs()``): its own
+        record once it ran, else (still pending) its array's pending record with its index."""
+        with self._lock:
+            if self._tasks is None or self._tasks[0] is not jobs:
+                tasks: dict[tuple[int, int], Job] = {}
+                waiting: dict[int, tuple[Job, set[int]]] = {}
+                for job in jobs.values():
+                    if job.array_id and job.task is not None:
+                        tasks[(job.array_id, job.task)] = job
+                    elif job.array_id:
+                        waiting[job.array_id] = (job, task_indices(job.pending))
+                self._tasks = (jobs, tasks, waiting)
+            _, tasks, waiting = self._tasks
+        found = tasks.get((array_id, task))
+        if found is None and task in waiting.get(array_id, (None, ()))[1]:
+            found = dataclasses.replace(waiting[array_id][0], task=task)
+        return found
+
     def submit(self, script: str, options: list[str], env: dict[str, str]) -> int:
         """``sbatch --parsable OPTIONS`` with ``script`` on its standard input: the job id.
         The job's environment is ``env`` (and the ``SLURM_*``/``SBATCH_*`` settings of the
@@ -176,12 +235,23 @@ class Slurm:
             raise SlurmUnavailable("sbatch answered %r, not a job id" % out[:200])
         return int(first)
 
-    def cancel(self, ids: list[int], signal: str | None = None) -> None:
-        """``scancel`` the jobs; with ``signal``, only send it to each job's batch step."""
-        if not ids:
+    def cancel(self, ids: list[int | str], signal: str | None = None, side_by_side: int = 1) -> None:
+        """``scancel`` the jobs (ids, or ``ARRAY_TASK`` for an array's task); with ``signal``,
+        only send it to each job's batch step. scancel asks the controller once per job (an
+        array's task too), one after the other: many are split over up to ``side_by_side``
+        scancels at once (at least ``CANCEL_SHARE`` jobs each)."""
+        names = sorted({str(i) for i in ids})
+        if not names:
             return
         argv = ["scancel"] + (["--signal=" + signal, "--batch"] if signal else [])
-        self.run(argv + [str(i) for i in sorted(set(ids))], benign=ENDED_ALREADY)
+        parts = max(1, min(side_by_side, len(names) // CANCEL_SHARE))
+        if parts == 1:
+            self.run(argv + names, benign=ENDED_ALREADY)
+            return
+        with ThreadPoolExecutor(parts, thread_name_prefix="cddlm-scancel") as pool:
+            for done in [pool.submit(self.run, argv + names[n::parts], benign=ENDED_ALREADY)
+                         for n in range(parts)]:
+                done.result()       # (the first failure, once all were asked)
 
     # -- nodes ----------------------------------------------------------------------------------
     def nodes(self, fresh: bool = False) -> dict[str, dict]:
