@@ -150,7 +150,7 @@ _VIEW_FOR = (select(*_VIEW_COLUMNS)
                     _LIVE_VIEW)
              .order_by(views.c.created).limit(1))
 _INSERT_HISTORY = insert(history)
-_INSERT_EVENT = insert(events)
+_INSERT_EVENT = insert(events).inline()     # no RETURNING of its id: not waited for
 _GET_COMPONENTS = select(components).where(components.c.app_id == bindparam("app_id")) \
     .order_by(components.c.path)
 _DELETE_APP = [delete(t).where(t.c.app_id == bindparam("app_id"))

@@ -177,7 +177,7 @@ class Store:
             with self._translate():
                 with self.engine.connect() as conn:
                     conn = conn.execution_options(cddlm_write=True)
-                    with conn.begin():
+                    with conn.begin(), _pipelined(conn):
                         yield conn
         finally:
             self._held.changed()    # after the commit (or whatever became of it)
@@ -644,6 +644,42 @@ def _ping_when_idle(engine: Engine) -> None:
             raise DisconnectionError("the connection did not answer a ping: %s" % e) from None
 
 
+@contextlib.contextmanager
+def _pipelined(conn: Connection) -> Iterator[None]:
+    """PostgreSQL: the write transaction in the driver's pipeline mode, so that the statements
+    whose answer nobody reads (an INSERT without RETURNING: ``_deferred``) go out with the next
+    one that is waited for, rather than a round trip each. Every other statement is waited for
+    at once (``_time_statements``: the pipeline is synced), so its rows, its rowcount and its
+    error are there as without the pipeline; a deferred INSERT's error (a name in use) comes
+    with the next statement waited for, or at the end of the pipeline (before the COMMIT, so
+    that a failed transaction is rolled back outside it), as SQLAlchemy's error. The BEGIN
+    goes with the first statement. A create's eight round trips (BEGIN, six INSERTs, COMMIT)
+    are two: the end of the pipeline, and the COMMIT."""
+    if conn.dialect.name != "postgresql":
+        yield
+        return
+    error = conn.dialect.loaded_dbapi.Error
+    try:
+        with conn.connection.driver_connection.pipeline() as pipeline:
+            conn.info[PIPELINE] = pipeline
+            try:
+                yield
+            finally:
+                conn.info.pop(PIPELINE, None)
+    except error as e:     # a deferred statement's, at the end: as SQLAlchemy says it
+        raise DBAPIError.instance(None, None, e, error) from None
+
+
+PIPELINE = "cddlm_pipeline"     # Connection.info: the write transaction's pipeline (PostgreSQL)
+
+
+def _deferred(context: Any) -> bool:
+    """Whether a statement's answer is read by no one: an INSERT without RETURNING (a table
+    whose generated key nobody reads has ``implicit_returning=False``)."""
+    compiled = getattr(context, "compiled", None)
+    return bool(context.isinsert and compiled is not None and not compiled.effective_returning)
+
+
 def _time_statements(engine: Engine) -> None:
     """Each statement's round trip, for the metrics (``cddlm_store_round_trip_seconds``)."""
     @event.listens_for(engine, "before_cursor_execute")
@@ -652,6 +688,11 @@ def _time_statements(engine: Engine) -> None:
 
     @event.listens_for(engine, "after_cursor_execute")
     def _answered(conn, cursor, statement, parameters, context, executemany):
+        pipeline = conn.info.get(PIPELINE)
+        if pipeline is not None:
+            if _deferred(context):
+                return      # answered with the next statement waited for
+            pipeline.sync()     # its answer (and the deferred ones' before it), or its error
         sent = conn.info.pop("cddlm_sent", None)
         if sent is not None:
             metrics.store_round_trip(time.perf_counter() - sent)

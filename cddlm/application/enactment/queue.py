@@ -20,7 +20,7 @@ from cddlm.application.tables import engines, work
 
 _QUEUED = select(work.c.path, work.c.action).where(work.c.app_id == bindparam("app_id"))
 _QUEUED_GEN = _QUEUED.where(work.c.generation == bindparam("generation"))
-_INSERT = insert(work)
+_INSERT = insert(work).inline()     # no RETURNING of the ids: not waited for
 _SUPERSEDE = delete(work).where(work.c.app_id == bindparam("app_id"),
                                 work.c.generation < bindparam("generation"), work.c.owner.is_(None))
 _FINISH = delete(work).where(work.c.id == bindparam("item"))
