@@ -460,12 +460,13 @@ class Service:
             if info is not None:
                 values["termination_info"] = info
             repo.update_app(conn, app_id, **values)
-            conn.execute(components_table.update().where(components_table.c.app_id == app_id)
-                         .values(desired="running" if operation == "run" else "stopped",
-                                 generation=generation))
+            repo.intend_components(conn, app_id, "running" if operation == "run" else "stopped",
+                                   generation)
             if generation != app.generation:
                 queue.supersede(conn, app_id, generation)
-            _, added = reconcile(conn, app_id, now)
+            for key, value in values.items():
+                setattr(app, key, value)
+            _, added = reconcile(conn, app_id, now, locked=app)
             audit_log.record(conn, principal, operation, now, app_id=app_id, app_owner=app.owner,
                              detail=reason)
         self._after(work=added)

@@ -673,11 +673,22 @@ def _pipelined(conn: Connection) -> Iterator[None]:
 PIPELINE = "cddlm_pipeline"     # Connection.info: the write transaction's pipeline (PostgreSQL)
 
 
+def not_waited(statement: Any) -> Any:
+    """``statement``, an UPDATE or DELETE whose rowcount its caller does not read, marked to go
+    out on PostgreSQL with the next statement waited for (``_pipelined``), as an INSERT
+    without RETURNING does."""
+    return statement.execution_options(cddlm_not_waited=True)
+
+
 def _deferred(context: Any) -> bool:
-    """Whether a statement's answer is read by no one: an INSERT without RETURNING (a table
-    whose generated key nobody reads has ``implicit_returning=False``)."""
+    """Whether a statement's answer is read by no one: an INSERT without RETURNING (its new
+    id not asked for: ``insert(...).inline()``), or one marked ``not_waited``."""
     compiled = getattr(context, "compiled", None)
-    return bool(context.isinsert and compiled is not None and not compiled.effective_returning)
+    if compiled is None:
+        return False
+    if context.isinsert:
+        return not compiled.effective_returning
+    return bool(context.execution_options.get("cddlm_not_waited"))
 
 
 def _time_statements(engine: Engine) -> None:
@@ -690,8 +701,10 @@ def _time_statements(engine: Engine) -> None:
     def _answered(conn, cursor, statement, parameters, context, executemany):
         pipeline = conn.info.get(PIPELINE)
         if pipeline is not None:
-            if _deferred(context):
-                return      # answered with the next statement waited for
+            if _deferred(context) and not conn.in_nested_transaction():
+                # answered with the next statement waited for (in a SAVEPOINT, each error
+                # must be its own statement's, which the savepoint can be rolled back to)
+                return
             pipeline.sync()     # its answer (and the deferred ones' before it), or its error
         sent = conn.info.pop("cddlm_sent", None)
         if sent is not None:
