@@ -442,7 +442,8 @@ class Service:
     def _intent(self, app_id: str, operation: str, reason: str | None, principal: Principal) -> None:
         now = self.clock()
         with self.store.write() as conn:
-            app = repo.lock_app(conn, app_id)
+            # (without its component tree: the intent and reconcile need none of it)
+            app = repo.lock_app(conn, app_id, light=True)
             if app is None:
                 raise ResourceUnknown("application %s does not exist" % app_id)
             if operation == "terminate":
@@ -480,7 +481,7 @@ class Service:
 
     def destroy(self, app_id: str, *, principal: Principal = LOCAL_ADMIN) -> None:
         with self.store.write() as conn:
-            app = repo.lock_app(conn, app_id)
+            app = repo.lock_app(conn, app_id, light=True)
             if app is None:
                 raise ResourceUnknown("application %s does not exist" % app_id)
             lifecycle.check_operation("destroy", app.state, app.desired)
