@@ -74,8 +74,9 @@ def test_names_are_unique_among_live_applications(db_url):
 def test_writes_not_waited_for_are_seen_counted_and_refused_in_their_transaction(db_url):
     """On PostgreSQL a write transaction runs in the driver's pipeline: INSERTs go out with
     the next statement waited for, as do UPDATEs marked ``not_waited``. A later read sees
-    them, an UPDATE waited for has its own rowcount, and an INSERT refused at the very end of the transaction (nothing waited for after it)
-    fails the transaction as SQLAlchemy's IntegrityError, leaving nothing written."""
+    them, an UPDATE waited for has its own rowcount, and an INSERT refused at the very end
+    of the transaction (nothing waited for after it) fails the transaction as SQLAlchemy's
+    IntegrityError, leaving nothing written."""
     from sqlalchemy.exc import IntegrityError
     store = make(db_url)
     first = new_app(store, "busy")

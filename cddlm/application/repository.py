@@ -482,9 +482,9 @@ def update_components(conn: Connection, app_id: str, changes: list[tuple[str, di
         conn.execute(_UPDATE_COMPONENT, rows)
 
 
-_INTEND_COMPONENTS = not_waited(update(components).where(components.c.app_id == bindparam("_app_id"))
-                                .values(desired=bindparam("_desired"),
-                                        generation=bindparam("_generation")))
+_INTEND_COMPONENTS = not_waited(
+    update(components).where(components.c.app_id == bindparam("_app_id"))
+    .values(desired=bindparam("_desired"), generation=bindparam("_generation")))
 
 
 def intend_components(conn: Connection, app_id: str, desired: str, generation: int) -> None:

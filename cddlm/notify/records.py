@@ -113,9 +113,9 @@ def lock_sequence(conn: Connection, app_id: str) -> int | None:
     return app.event_seq if app is not None else None
 
 
-_PRODUCER_GONE = not_waited(update(subscriptions).where(subscriptions.c.producer == bindparam("app_id"),
-                                                       subscriptions.c.status == ACTIVE)
-                            .values(status=ENDED))
+_PRODUCER_GONE = not_waited(
+    update(subscriptions).where(subscriptions.c.producer == bindparam("app_id"),
+                                subscriptions.c.status == ACTIVE).values(status=ENDED))
 
 
 def producer_gone(conn: Connection, app_id: str) -> None:
