@@ -21,6 +21,7 @@ and a held row is used only while the count is the one it was read under.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -687,7 +688,7 @@ def _pipelined(conn: Connection, quiet: bool = False) -> Iterator[None]:
     goes with the first statement. A create's eight round trips (BEGIN, six INSERTs, COMMIT)
     are two: the end of the pipeline, and the COMMIT. ``quiet``: the changed rows' triggers
     send no notice (migration 0008: no other process listens)."""
-    if conn.dialect.name != "postgresql":
+    if conn.dialect.name != "postgresql" or not _pipeline_supported():
         yield
         return
     error = conn.dialect.loaded_dbapi.Error
@@ -706,6 +707,14 @@ def _pipelined(conn: Connection, quiet: bool = False) -> Iterator[None]:
 
 
 PIPELINE = "cddlm_pipeline"     # Connection.info: the write transaction's pipeline (PostgreSQL)
+
+
+@functools.cache
+def _pipeline_supported() -> bool:
+    """Whether the driver's libpq has a pipeline mode (14 and later): without, every
+    statement is waited for."""
+    import psycopg
+    return psycopg.Pipeline.is_supported()
 
 
 def not_waited(statement: Any) -> Any:
