@@ -283,3 +283,61 @@ def test_a_lookup_answers_from_rows_held_and_sees_another_writers_changes(db_url
     finally:
         mine.dispose()
         other.dispose()
+
+
+def test_a_portal_alone_sends_no_notice_until_another_listens(db_url, monkeypatch):
+    """PostgreSQL: a portal that hears no other listener marks its write transactions, whose
+    changed rows then send no notice (PostgreSQL commits notifying transactions one at a
+    time); once a second portal listens, the first notifies again and the second's rows held
+    follow the first's changes. Writers that do not listen (here a store not started) always
+    notify."""
+    if db_url.startswith("sqlite"):
+        pytest.skip("SQLite counts changes itself (PRAGMA data_version): no notices")
+    import psycopg
+    from cddlm.application.store import CHANGES_CHANNEL, PING_PREFIX, ChangeWatcher
+    monkeypatch.setattr(ChangeWatcher, "PING", 0.1)
+    monkeypatch.setattr(ChangeWatcher, "QUIET_AFTER", 0.5)
+    mine, writer, second = make(db_url), Store(db_url), None
+
+    def until(what, timeout: float = 5.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while not what() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return what()
+
+    with psycopg.connect(db_url.split("?")[0], autocommit=True) as spy:
+        spy.execute("LISTEN %s" % CHANGES_CHANNEL)
+
+        def changes_until_writer() -> list[str]:
+            """Change notices (not pings) up to the one of ``writer``'s change to a view,
+            which comes after any sent before it (notices arrive in commit order)."""
+            with writer.write() as conn:
+                repo.set_view_termination(conn, marker_view, 100.0)
+            heard = []
+            for notice in spy.notifies(timeout=5.0):
+                if not notice.payload.startswith(PING_PREFIX):
+                    heard.append(notice.payload)
+                    if notice.payload == "views":
+                        break
+            return heard
+        try:
+            assert watched(mine)
+            app_id, view_id = app_with_view(mine, "alone")
+            _, marker_view = app_with_view(writer, "marker")
+            assert until(mine._alone)
+            set_state(mine, app_id, "initialized", 3.0)     # no notice
+            assert changes_until_writer() == ["views"]      # the writer's only
+            second = make(db_url)
+            assert watched(second) and until(lambda: not mine._alone(), 1.0)
+            assert state(second, view_id) == state(second, view_id) == "initialized"   # held
+            set_state(mine, app_id, "running", 4.0)
+            for notice in spy.notifies(timeout=5.0):
+                if notice.payload == "applications":
+                    break
+            else:
+                raise AssertionError("no notice of the change once another portal listened")
+            assert until(lambda: state(second, view_id) == "running", 0.5)
+        finally:
+            for store in (mine, writer, second):
+                if store is not None:
+                    store.dispose()

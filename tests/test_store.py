@@ -71,6 +71,38 @@ def test_names_are_unique_among_live_applications(db_url):
     store.dispose()
 
 
+def test_writes_not_waited_for_are_seen_counted_and_refused_in_their_transaction(db_url):
+    """On PostgreSQL a write transaction runs in the driver's pipeline: INSERTs go out with
+    the next statement waited for, as do UPDATEs marked ``not_waited``. A later read sees
+    them, an UPDATE waited for has its own rowcount, and an INSERT refused at the very end
+    of the transaction (nothing waited for after it) fails the transaction as SQLAlchemy's
+    IntegrityError, leaving nothing written."""
+    from sqlalchemy.exc import IntegrityError
+    store = make(db_url)
+    first = new_app(store, "busy")
+    with store.write() as conn:
+        app = repo.create_app(conn, 2.0, id=repo.new_id(), name="other")
+        view = repo.new_view(conn, app.id, "http://p", 2.0)
+        assert repo.view_for(conn, app.id, "http://p", 2.0).id == view.id   # read back at once
+        repo.update_app(conn, app.id, desired="running")        # not waited for
+        assert repo.set_view_termination(conn, view.id, 5.0) == 1     # waited for: counted
+        assert repo.set_view_termination(conn, "no-such-view", 5.0) == 0
+        assert repo.get_app(conn, app.id).desired == "running"
+    with pytest.raises(IntegrityError):
+        with store.write() as conn:
+            repo.add_event(conn, first.id, repo.LIFECYCLE_TOPIC, 9, {}, 3.0)
+            conn.execute(applications.insert(), {"id": "urn:uuid:twin", "name": "busy",
+                                                 "state": "instantiated", "desired": "instantiated",
+                                                 "generation": 0, "created": 3.0, "event_seq": 1})
+    with store.read() as conn:      # neither the event nor the application
+        assert conn.execute(select(func.count()).select_from(events)
+                            .where(events.c.seq == 9)).scalar() == 0
+        assert repo.get_app(conn, "urn:uuid:twin") is None
+        assert repo.get_app(conn, app.id).desired == "running"
+    new_app(store, "after")     # the store goes on
+    store.dispose()
+
+
 def test_upgrade_from_the_first_schema_keeps_the_data(db_url):
     """A portal database made by revision 0001 upgrades in place (views gain a termination
     time, the name constraint becomes the live-name index)."""

@@ -18,6 +18,7 @@ from cddlm.application.tenancy import Principal
 
 log = logging.getLogger("cddlm.audit")
 MAX_DETAIL = 1024
+_INSERT = insert(audit).inline()     # built once; no RETURNING of its id: not waited for
 
 
 def record(conn: Connection, principal: Principal, action: str, now: float, *,
@@ -25,9 +26,9 @@ def record(conn: Connection, principal: Principal, action: str, now: float, *,
            detail: str | None = None) -> None:
     """In the caller's transaction, as its last write."""
     detail = detail[:MAX_DETAIL] if detail else None
-    conn.execute(insert(audit).values(at=now, principal=principal.name,
-                                      address=principal.address or None, action=action,
-                                      app_id=app_id, app_owner=app_owner, detail=detail))
+    conn.execute(_INSERT, {"at": now, "principal": principal.name,
+                           "address": principal.address or None, "action": action,
+                           "app_id": app_id, "app_owner": app_owner, "detail": detail})
     log.info("%s from %s: %s%s%s", principal.name, principal.address or "-", action,
              " " + app_id if app_id else "", " (%s)" % detail if detail else "",
              extra={"audit": {"action": action, "principal": principal.name,

@@ -17,6 +17,7 @@ from sqlalchemy.exc import IntegrityError
 
 from cddlm import ns
 from cddlm.application import lifecycle
+from cddlm.application.store import not_waited
 from cddlm.application.tables import (LOCAL_OWNER, applications, components, events, history, hosts,
                                      nonces, views, work)
 
@@ -41,6 +42,8 @@ class _Json:
     def __get__(self, obj, owner=None):
         if obj is None:
             return self
+        if self.name in obj.__dict__:   # decoded already, or set since (``record_state``)
+            return obj.__dict__[self.name]
         if obj.light and self.name in HEAVY:
             raise LookupError("the application was read without its %s (light=True)"
                               % self.name)
@@ -140,7 +143,7 @@ _OWNED_APP_BY_NAME = _SELECT_APP.where(applications.c.name == bindparam("name"),
 _APP_BY_TOKEN = _SELECT_APP.where(applications.c.client_token == bindparam("token"),
                                   applications.c.owner == bindparam("owner"))
 _INSERT_APP = insert(applications)
-_UPDATE_APP = update(applications).where(applications.c.id == bindparam("_app_id"))
+_UPDATE_APP = not_waited(update(applications).where(applications.c.id == bindparam("_app_id")))
 _INSERT_VIEW = insert(views)
 _VIEW_COLUMNS = (views.c.id, views.c.app_id, views.c.portal, views.c.termination_time)
 _LIVE_VIEW = or_(views.c.termination_time.is_(None), views.c.termination_time > bindparam("now"))
@@ -150,12 +153,12 @@ _VIEW_FOR = (select(*_VIEW_COLUMNS)
                     _LIVE_VIEW)
              .order_by(views.c.created).limit(1))
 _INSERT_HISTORY = insert(history)
-_INSERT_EVENT = insert(events)
+_INSERT_EVENT = insert(events).inline()     # no RETURNING of its id: not waited for
 _GET_COMPONENTS = select(components).where(components.c.app_id == bindparam("app_id")) \
     .order_by(components.c.path)
-_DELETE_APP = [delete(t).where(t.c.app_id == bindparam("app_id"))
+_DELETE_APP = [not_waited(delete(t).where(t.c.app_id == bindparam("app_id")))
                for t in (work, components, history, views)] + \
-              [delete(applications).where(applications.c.id == bindparam("app_id"))]
+              [not_waited(delete(applications).where(applications.c.id == bindparam("app_id")))]
 _UPDATE_COMPONENT = update(components).where(components.c.app_id == bindparam("_app_id"),
                                              components.c.path == bindparam("_path"))
 
@@ -271,8 +274,9 @@ def create_app(conn: Connection, now: float, **values: Any) -> App:
     return App({c.name: values.get(c.name) for c in APP_COLUMNS})
 
 
-def update_app(conn: Connection, app_id: str, **values: Any) -> int:
-    return conn.execute(_UPDATE_APP, dict(_encode(values), _app_id=app_id)).rowcount
+def update_app(conn: Connection, app_id: str, **values: Any) -> None:
+    """(Not waited for on PostgreSQL: the caller holds the row, ``lock_app``.)"""
+    conn.execute(_UPDATE_APP, dict(_encode(values), _app_id=app_id))
 
 
 def count_by_state(conn: Connection, owner: str | None = None) -> dict[str, int]:
@@ -476,6 +480,17 @@ def update_components(conn: Connection, app_id: str, changes: list[tuple[str, di
         shapes.setdefault(tuple(sorted(values)), []).append(dict(values, _app_id=app_id, _path=path))
     for rows in shapes.values():
         conn.execute(_UPDATE_COMPONENT, rows)
+
+
+_INTEND_COMPONENTS = not_waited(
+    update(components).where(components.c.app_id == bindparam("_app_id"))
+    .values(desired=bindparam("_desired"), generation=bindparam("_generation")))
+
+
+def intend_components(conn: Connection, app_id: str, desired: str, generation: int) -> None:
+    """Every component of the application is to be ``desired`` (an intent of that generation)."""
+    conn.execute(_INTEND_COMPONENTS, {"_app_id": app_id, "_desired": desired,
+                                      "_generation": generation})
 
 
 def set_observed(conn: Connection, app_id: str, changes: list[tuple[str, str]], now: float) -> None:

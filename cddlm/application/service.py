@@ -442,7 +442,8 @@ class Service:
     def _intent(self, app_id: str, operation: str, reason: str | None, principal: Principal) -> None:
         now = self.clock()
         with self.store.write() as conn:
-            app = repo.lock_app(conn, app_id)
+            # (without its component tree: the intent and reconcile need none of it)
+            app = repo.lock_app(conn, app_id, light=True)
             if app is None:
                 raise ResourceUnknown("application %s does not exist" % app_id)
             if operation == "terminate":
@@ -460,12 +461,13 @@ class Service:
             if info is not None:
                 values["termination_info"] = info
             repo.update_app(conn, app_id, **values)
-            conn.execute(components_table.update().where(components_table.c.app_id == app_id)
-                         .values(desired="running" if operation == "run" else "stopped",
-                                 generation=generation))
+            repo.intend_components(conn, app_id, "running" if operation == "run" else "stopped",
+                                   generation)
             if generation != app.generation:
                 queue.supersede(conn, app_id, generation)
-            _, added = reconcile(conn, app_id, now)
+            for key, value in values.items():
+                setattr(app, key, value)
+            _, added = reconcile(conn, app_id, now, locked=app)
             audit_log.record(conn, principal, operation, now, app_id=app_id, app_owner=app.owner,
                              detail=reason)
         self._after(work=added)
@@ -479,7 +481,7 @@ class Service:
 
     def destroy(self, app_id: str, *, principal: Principal = LOCAL_ADMIN) -> None:
         with self.store.write() as conn:
-            app = repo.lock_app(conn, app_id)
+            app = repo.lock_app(conn, app_id, light=True)
             if app is None:
                 raise ResourceUnknown("application %s does not exist" % app_id)
             lifecycle.check_operation("destroy", app.state, app.desired)

@@ -21,6 +21,7 @@ and a held row is used only while the count is the one it was read under.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import os
@@ -40,7 +41,7 @@ from cddlm.errors import BadArgument, StoreUnavailable
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 log = logging.getLogger(__name__)
-CHANGES_CHANNEL = "cddlm_rows"      # PostgreSQL's notice of a changed row (migration 0007)
+CHANGES_CHANNEL = "cddlm_rows"      # PostgreSQL's notice of a changed row (migrations 0007, 0008)
 PING_PREFIX = "ping:"               # a notice's payload that is no change: a listener's own
 
 
@@ -177,12 +178,17 @@ class Store:
             with self._translate():
                 with self.engine.connect() as conn:
                     conn = conn.execution_options(cddlm_write=True)
-                    with conn.begin():
+                    with conn.begin(), _pipelined(conn, quiet=self._alone()):
                         yield conn
         finally:
             self._held.changed()    # after the commit (or whatever became of it)
             if lock is not None:
                 lock.release()
+
+    def _alone(self) -> bool:
+        """PostgreSQL: no other process listens for this portal's changes (``ChangeWatcher``)."""
+        worker = self._worker
+        return isinstance(worker, ChangeWatcher) and worker.alone()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Connection]:
@@ -492,24 +498,34 @@ class RowsHeld:
 
 
 class ChangeWatcher:
-    """PostgreSQL: a thread that listens for the notices of changed rows (migration 0007),
+    """PostgreSQL: a thread that listens for the notices of changed rows (migrations 0007, 0008),
     from this portal and every other on the store, and counts each as a change. While it is
     not listening (starting, or its connection lost until it is back) no row is held.
 
     A connection can be lost without a word (its server process stopped, its packets dropped):
     every ``PING`` seconds the thread sends a notice of its own through another connection,
-    and takes its own for lost when that notice has not come back within ``ECHO`` seconds."""
+    and takes its own for lost when that notice has not come back within ``ECHO`` seconds.
+
+    Those notices also tell every listener that another one listens. A portal that has heard
+    none but its own for ``QUIET_AFTER`` seconds while listening is ``alone``: its own changes
+    need no notice (``Store.write``, migration 0008), and PostgreSQL commits the transactions
+    that notify one at a time. A portal that starts listening sends its first notice at once
+    and holds rows only ``HOLD_AFTER`` seconds after it came back: by then a portal that was
+    alone has heard it too, and its write transactions notify again."""
 
     RETRY = 1.0     # seconds between attempts to listen again
     WAIT = 0.5      # seconds a wait for notices lasts (how soon a stop is seen)
     PING = 2.0      # seconds between the notices it sends itself
     ECHO = 2.0      # seconds within which its own notice must come back
+    QUIET_AFTER = 6.0   # seconds without another listener's notice: alone
+    HOLD_AFTER = 0.5    # seconds after its first notice came back before rows are held
 
     def __init__(self, engine: Engine, held: RowsHeld):
         self._engine = engine
         self._held = held
         self._stopping = threading.Event()
         self._conn: Any = None
+        self._others_heard: float | None = None     # when another listener was last heard
         self._thread = threading.Thread(target=self._run, name="cddlm-store-changes", daemon=True)
         self._thread.start()
 
@@ -517,6 +533,13 @@ class ChangeWatcher:
         """No row is held from now on; the thread ends by itself within its next wait."""
         self._stopping.set()
         self._held.watched = False
+
+    def alone(self) -> bool:
+        """Whether no other process has listened for ``QUIET_AFTER`` seconds (False while not
+        listening: then nobody knows)."""
+        heard = self._others_heard
+        return heard is not None and self._held.watched and \
+            time.monotonic() - heard > self.QUIET_AFTER
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -528,6 +551,7 @@ class ChangeWatcher:
                                 "until the notices are back", e)
             finally:
                 self._held.watched = False
+                self._others_heard = None
                 self._held.changed()
                 conn, self._conn = self._conn, None
                 _close_quietly(conn)
@@ -540,16 +564,24 @@ class ChangeWatcher:
         conn.autocommit = True
         conn.execute("LISTEN %s" % CHANGES_CHANNEL)
         self._held.changed()            # whatever was read before listening is not held
-        self._held.watched = True
+        self._others_heard = time.monotonic()   # not alone until it has listened a while
         token = PING_PREFIX + uuid.uuid4().hex
-        sent, due = None, time.monotonic() + self.PING
+        sent, due, hold = None, time.monotonic(), None     # the first notice at once
         while not self._stopping.is_set():
-            for notice in conn.notifies(timeout=self.WAIT):
+            for notice in conn.notifies(timeout=self.WAIT if hold is None else 0.05):
                 if notice.payload == token:
+                    if not self._held.watched and hold is None:
+                        hold = time.monotonic() + self.HOLD_AFTER
                     sent = None
-                elif not notice.payload.startswith(PING_PREFIX):   # (another portal's)
+                elif notice.payload.startswith(PING_PREFIX):    # another listener's
+                    self._others_heard = time.monotonic()
+                else:                                           # another writer's change
                     self._held.changed()
             now = time.monotonic()
+            if hold is not None and now >= hold:
+                self._held.changed()
+                self._held.watched = True
+                hold = None
             if sent is not None and now - sent > self.ECHO:
                 raise ConnectionError("its own notice did not come back within %g s" % self.ECHO)
             if sent is None and now >= due:
@@ -644,6 +676,65 @@ def _ping_when_idle(engine: Engine) -> None:
             raise DisconnectionError("the connection did not answer a ping: %s" % e) from None
 
 
+@contextlib.contextmanager
+def _pipelined(conn: Connection, quiet: bool = False) -> Iterator[None]:
+    """PostgreSQL: the write transaction in the driver's pipeline mode, so that the statements
+    whose answer nobody reads (an INSERT without RETURNING: ``_deferred``) go out with the next
+    one that is waited for, rather than a round trip each. Every other statement is waited for
+    at once (``_time_statements``: the pipeline is synced), so its rows, its rowcount and its
+    error are there as without the pipeline; a deferred INSERT's error (a name in use) comes
+    with the next statement waited for, or at the end of the pipeline (before the COMMIT, so
+    that a failed transaction is rolled back outside it), as SQLAlchemy's error. The BEGIN
+    goes with the first statement. A create's eight round trips (BEGIN, six INSERTs, COMMIT)
+    are two: the end of the pipeline, and the COMMIT. ``quiet``: the changed rows' triggers
+    send no notice (migration 0008: no other process listens)."""
+    if conn.dialect.name != "postgresql" or not _pipeline_supported():
+        yield
+        return
+    error = conn.dialect.loaded_dbapi.Error
+    try:
+        driver = conn.connection.driver_connection
+        with driver.pipeline() as pipeline:
+            if quiet:       # (after the BEGIN the driver sends first; not waited for)
+                driver.execute("SET LOCAL cddlm.alone = on")
+            conn.info[PIPELINE] = pipeline
+            try:
+                yield
+            finally:
+                conn.info.pop(PIPELINE, None)
+    except error as e:     # a deferred statement's, at the end: as SQLAlchemy says it
+        raise DBAPIError.instance(None, None, e, error) from None
+
+
+PIPELINE = "cddlm_pipeline"     # Connection.info: the write transaction's pipeline (PostgreSQL)
+
+
+@functools.cache
+def _pipeline_supported() -> bool:
+    """Whether the driver's libpq has a pipeline mode (14 and later): without, every
+    statement is waited for."""
+    import psycopg
+    return psycopg.Pipeline.is_supported()
+
+
+def not_waited(statement: Any) -> Any:
+    """``statement``, an UPDATE or DELETE whose rowcount its caller does not read, marked to go
+    out on PostgreSQL with the next statement waited for (``_pipelined``), as an INSERT
+    without RETURNING does."""
+    return statement.execution_options(cddlm_not_waited=True)
+
+
+def _deferred(context: Any) -> bool:
+    """Whether a statement's answer is read by no one: an INSERT without RETURNING (its new
+    id not asked for: ``insert(...).inline()``), or one marked ``not_waited``."""
+    compiled = getattr(context, "compiled", None)
+    if compiled is None:
+        return False
+    if context.isinsert:
+        return not compiled.effective_returning
+    return bool(context.execution_options.get("cddlm_not_waited"))
+
+
 def _time_statements(engine: Engine) -> None:
     """Each statement's round trip, for the metrics (``cddlm_store_round_trip_seconds``)."""
     @event.listens_for(engine, "before_cursor_execute")
@@ -652,6 +743,13 @@ def _time_statements(engine: Engine) -> None:
 
     @event.listens_for(engine, "after_cursor_execute")
     def _answered(conn, cursor, statement, parameters, context, executemany):
+        pipeline = conn.info.get(PIPELINE)
+        if pipeline is not None:
+            if _deferred(context) and not conn.in_nested_transaction():
+                # answered with the next statement waited for (in a SAVEPOINT, each error
+                # must be its own statement's, which the savepoint can be rolled back to)
+                return
+            pipeline.sync()     # its answer (and the deferred ones' before it), or its error
         sent = conn.info.pop("cddlm_sent", None)
         if sent is not None:
             metrics.store_round_trip(time.perf_counter() - sent)

@@ -15,6 +15,7 @@ from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from cddlm.application import repository as repo
+from cddlm.application.store import not_waited
 from cddlm.application.tables import LOCAL_OWNER, deliveries, events, subscriptions
 from cddlm.notify.parse import SubscribeRequest
 
@@ -112,12 +113,15 @@ def lock_sequence(conn: Connection, app_id: str) -> int | None:
     return app.event_seq if app is not None else None
 
 
+_PRODUCER_GONE = not_waited(
+    update(subscriptions).where(subscriptions.c.producer == bindparam("app_id"),
+                                subscriptions.c.status == ACTIVE).values(status=ENDED))
+
+
 def producer_gone(conn: Connection, app_id: str) -> None:
     """The application is destroyed: its subscriptions deliver what is queued (and its last
     events, which may not be fanned out yet), then ``outbox.expire`` removes them."""
-    conn.execute(update(subscriptions).where(subscriptions.c.producer == app_id,
-                                             subscriptions.c.status == ACTIVE)
-                 .values(status=ENDED))
+    conn.execute(_PRODUCER_GONE, {"app_id": app_id})
 
 
 def view_to_name(conn: Connection, app_id: str, recorded: str | None, portal: str,

@@ -97,7 +97,7 @@ def test_an_older_store_is_migrated_at_start(tmp_path):
     finally:
         lp.stop()
     db = sqlite3.connect(str(state / "portal.db"))
-    assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0007",)]
+    assert db.execute("SELECT version_num FROM alembic_version").fetchall() == [("0008",)]
     db.close()
 
 
@@ -117,7 +117,7 @@ def test_a_store_of_a_newer_program_is_refused_and_left_alone(tmp_path):
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.splitlines()[-1] == (
         "cddlm: the store sqlite:///%s was migrated by a newer cddlm (schema revision "
-        "0042_from_the_future, which cddlm 0.1.0 does not know; it knows up to 0007): run that "
+        "0042_from_the_future, which cddlm 0.1.0 does not know; it knows up to 0008): run that "
         "newer version on it, or restore a backup taken before the upgrade (cddlm portal backup) "
         "and start this version on that" % (state / "portal.db")), r.stderr
     assert hashlib.sha256((state / "portal.db").read_bytes()).hexdigest() == digest

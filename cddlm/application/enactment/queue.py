@@ -15,14 +15,16 @@ from sqlalchemy import bindparam, case, delete, func, insert, or_, select, tuple
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import aliased
 
+from cddlm.application.store import not_waited
 from cddlm.application.tables import engines, work
 
 
 _QUEUED = select(work.c.path, work.c.action).where(work.c.app_id == bindparam("app_id"))
 _QUEUED_GEN = _QUEUED.where(work.c.generation == bindparam("generation"))
-_INSERT = insert(work)
-_SUPERSEDE = delete(work).where(work.c.app_id == bindparam("app_id"),
-                                work.c.generation < bindparam("generation"), work.c.owner.is_(None))
+_INSERT = insert(work).inline()     # no RETURNING of the ids: not waited for
+_SUPERSEDE = not_waited(delete(work).where(work.c.app_id == bindparam("app_id"),
+                                           work.c.generation < bindparam("generation"),
+                                           work.c.owner.is_(None)))
 _FINISH = delete(work).where(work.c.id == bindparam("item"))
 
 @dataclass(frozen=True)

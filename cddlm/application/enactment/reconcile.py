@@ -26,9 +26,11 @@ def failure_info(comp: repo.Component) -> dict:
     return info
 
 
-def reconcile(conn: Connection, app_id: str, now: float) -> tuple[repo.App | None, bool]:
-    """Returns the application after this step and whether new work was queued."""
-    app = repo.lock_app(conn, app_id)
+def reconcile(conn: Connection, app_id: str, now: float,
+              locked: repo.App | None = None) -> tuple[repo.App | None, bool]:
+    """Returns the application after this step and whether new work was queued. ``locked``:
+    the application as the caller locked and changed it in this transaction (not read again)."""
+    app = locked if locked is not None else repo.lock_app(conn, app_id)
     if app is None or app.state == lifecycle.TERMINATED:
         return app, False
     rows = repo.component_states(conn, app_id)
