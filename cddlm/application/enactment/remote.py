@@ -279,6 +279,9 @@ class RemoteRunner:
     _building = threading.Lock()        # one thread builds a shape; the others wait for it
     parallel = True         # a batch's hosts are enacted side by side (each waits on its own portal)
     monitored = True        # the host monitor (``Agents``) decides when silence is a failure
+    # a host portal (this program) takes ``run`` while it deploys (initialize and run back to
+    # back), so a share with nothing ordering its starts is run as soon as it is sent
+    early_run = True
     _silent_since: float | None = None
     failing: float | None = None    # when the host monitor's pings went unanswered first (clock)
 
@@ -785,11 +788,39 @@ class RemoteRunner:
                                                        "hostPortal": self.host.agent})
                     return [(key, out) for key, _ in members]
                 row = self._ensure(app_id, members[0][1])
+                if row.asked == "initialized" and self._starts_with_deploy(app_id, shape):
+                    row = self._run(row) or row
                 return self._outcomes(row, self.status(row), members,
                                       ("deployed", "starting", "running", "completed"), "deployed")
             return self._guard(members, go)
         self._rounds(self._shares(jobs), look, keep_lease, report,
                      "the sub-application is still deploying")
+
+    def _starts_with_deploy(self, app_id: str, shape: Shape) -> bool:
+        """Whether a share may be run as soon as it is sent: the application is to run, and
+        nothing orders its starts (one start group: no sequence; a share needing values of
+        components elsewhere is sent at its start, not here). The host portal then deploys
+        and starts its share in one go, as a portal takes initialize and run back to back,
+        rather than waiting for every host's deploy and this portal's start of the group."""
+        if not self.early_run or set(shape.groups.values()) - {"0"}:
+            return False
+        app, _ = self._app(app_id)
+        return app.desired == "running"
+
+    def _run(self, row: Any) -> Any:
+        """The share's ``run``, asked once (recorded): its newest row, None while it cannot be
+        asked yet (another batch is asking; a portal not ours still deploying it)."""
+        with self._token_lock(row.token):
+            row = self._by_token(row.token)     # another batch may have run it
+            if row.asked != "initialized":
+                return None
+            st = self.status(row, fresh=True)
+            if st.state == "instantiated" and not self.early_run:
+                return None     # still deploying: the next round looks again
+            if st.state in ("instantiated", "initialized"):
+                self.portal().run(Ref(row.address, row.resource_id or ""))
+            self._set(row.token, asked="running")
+            return self._by_token(row.token)
 
     def start_many(self, jobs: Iterable[tuple[Any, Target, Any, Any]], keep_lease,
                    report: Report) -> None:
@@ -802,16 +833,9 @@ class RemoteRunner:
             def go() -> list:
                 row = self._ensure(app_id, members[0][1])
                 if row.asked == "initialized":
-                    with self._token_lock(row.token):
-                        row = self._by_token(row.token)     # another batch may have run it
-                        if row.asked != "initialized":
-                            return []
-                        st = self.status(row, fresh=True)
-                        if st.state == "instantiated":
-                            return []       # still deploying: the next round looks again
-                        if st.state == "initialized":
-                            self.portal().run(Ref(row.address, row.resource_id or ""))
-                        self._set(row.token, asked="running")
+                    row = self._run(row)
+                    if row is None:
+                        return []
                 return self._outcomes(row, self.status(row), members, ("running", "completed"),
                                       "running")
             return self._guard(members, go)
@@ -929,6 +953,7 @@ class DelegateRunner(RemoteRunner):
 
     STATES = {"initialized": "deployed", "running": "running", "failed": "failed"}
     monitored = False
+    early_run = False       # any CDDLM portal: run once its sub-application is initialized
 
     def __init__(self, url: str, store: Store, settings: Settings, factory: PortalFactory,
                  read: Callable[[str], bytes], clock: Callable[[], float] = time.time,
