@@ -63,8 +63,9 @@ AWAIT = 10.0            # seconds a batch watches its shares on a host before as
                         # (not longer: a slow host would hold the workers that other hosts need)
 FIRST_PAUSE = 0.05      # seconds between a batch's first looks at its shares ...
 LAST_PAUSE = 1.0        # ... growing to this (a notification from the host portal ends a pause)
-CALM = 5.0              # seconds a share seen all running, its host portal notifying this portal
-                        # of changes and silent since, is not pinged by the liveness pass
+CALM = 2.0              # seconds a share seen all running, its host portal notifying this portal
+                        # of changes and silent since, is not pinged by the liveness pass (no
+                        # more: a host portal's --fence-seconds counts on a ping every 2 s)
 DOWN_PREFIX = "unreachable"     # the reason the host monitor gives; only it lifts such a mark
 CONTAINERS = ("compound", "sequence", "parallel")
 
@@ -900,10 +901,11 @@ class RemoteRunner:
 
     def _quiet(self, token: str) -> bool:
         """Whether the share ``token`` was seen all running lately (``CALM``, at most half the
-        lease) by a ping, and its host portal, which notifies this portal of its changes (the
+        lease; the default liveness interval, so that a fencing host portal is renewed as
+        often as before) by a ping, and its host portal, which notifies this portal of its changes (the
         push path), has sent none since: the liveness pass need not ping it again (a pass over
-        10,000 components on 10 host portals pinged each share, 1,500 components, twice a
-        second). A share that does not notify here is pinged every pass, as before."""
+        10,000 components on 10 host portals, every 0.5 s, pinged each share of 1,500
+        components each time). A share that does not notify here is pinged every pass, as before."""
         seen = self._calm.get(token)
         return seen is not None and token in self._pushed and seen[1] == self._notices and \
             time.monotonic() - seen[0] < min(CALM, self.settings.agent_lease / 2)
