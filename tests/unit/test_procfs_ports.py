@@ -51,6 +51,7 @@ def test_one_table_answers_for_many_processes():
         table = procfs.listening_table()
         assert port in table.values()
         # the same table, passed in, answers as a fresh read does
-        assert procfs.listening_ports(os.getpid(), lambda: table) == procfs.listening_ports(os.getpid())
+        shared = procfs.listening_ports(os.getpid(), lambda: table)
+        assert shared == procfs.listening_ports(os.getpid())
     finally:
         server.close()

@@ -310,7 +310,7 @@ class RemoteRunner:
         self._notice = threading.Condition()       # notified by ``forget`` (a host's notification)
         self._notices = 0
         self._pushed: set[str] = set()             # tokens whose sub-application notifies here
-        self._calm: dict[str, tuple[float, int]] = {}  # token -> when seen all running, notices then
+        self._calm: dict[str, tuple[float, int]] = {}  # token -> seen all running: when, notices
         # the runners of the other remote hosts (set by the composition root): where a lazy
         # reference to a component on another host is resolved
         self.peers: dict[str, "RemoteRunner"] = {}
@@ -900,12 +900,12 @@ class RemoteRunner:
         return out
 
     def _quiet(self, token: str) -> bool:
-        """Whether the share ``token`` was seen all running lately (``CALM``, at most half the
-        lease; the default liveness interval, so that a fencing host portal is renewed as
-        often as before) by a ping, and its host portal, which notifies this portal of its changes (the
-        push path), has sent none since: the liveness pass need not ping it again (a pass over
-        10,000 components on 10 host portals, every 0.5 s, pinged each share of 1,500
-        components each time). A share that does not notify here is pinged every pass, as before."""
+        """Whether the share ``token`` was seen all running lately by a ping (``CALM``, at most
+        half the lease: the default liveness interval, so that a fencing host portal is renewed
+        as often as before), and its host portal, which notifies this portal of its changes
+        (the push path), has sent none since: the liveness pass need not ping it again (a pass
+        over 10,000 components on 10 host portals, every 0.5 s, pinged each share of 1,500
+        components each time). A share that does not notify here is pinged every pass."""
         seen = self._calm.get(token)
         return seen is not None and token in self._pushed and seen[1] == self._notices and \
             time.monotonic() - seen[0] < min(CALM, self.settings.agent_lease / 2)
