@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 
 FOREIGN_WAIT = 120.0    # seconds a share waits for another host's value before it fails
 STATUS_TTL = 0.2        # seconds one ping of a sub-application answers for every component
+STATUS_TTL_PER = 0.0007  # ... or this per component it holds, up to LAST_PAUSE (a share of 1,500
+                         # costs its host ~0.1 s of CPU a ping: a batch's rounds, the others'
+                         # and the liveness pass share one a second, not five)
 OBSERVED_TTL = 1.0      # seconds the host portal's component table answers for every read
 ROW_TTL = 1.0           # seconds one read of a delegation answers for its share's components
 AWAIT = 10.0            # seconds a batch watches its shares on a host before asking again later
@@ -273,6 +276,12 @@ class _Fresh:
 
     def clear(self) -> None:
         self._kept.clear()
+
+
+def _young(cached: tuple[float, Status]) -> bool:
+    """Whether a ping's answer (when, status) still answers for its sub-application."""
+    ttl = min(LAST_PAUSE, max(STATUS_TTL, STATUS_TTL_PER * len(cached[1].components)))
+    return time.monotonic() - cached[0] < ttl
 
 
 # -- the runner -----------------------------------------------------------------------------------
@@ -645,14 +654,14 @@ class RemoteRunner:
                          .values(updated=self.clock(), **values))
 
     def status(self, row: Any, fresh: bool = False) -> Status:
-        """The sub-application's status, pinged at most every ``STATUS_TTL`` seconds."""
-        now = time.monotonic()
+        """The sub-application's status, pinged at most every ``STATUS_TTL`` seconds (longer for
+        a large one); a notification from its host portal (``forget``) ends that at once."""
         cached = self._status.get(row.token)
-        if cached and not fresh and now - cached[0] < STATUS_TTL:
+        if cached and not fresh and _young(cached):
             return cached[1]
         with self._token_lock(row.token + "/status"):
             cached = self._status.get(row.token)
-            if cached and not fresh and time.monotonic() - cached[0] < STATUS_TTL:
+            if cached and not fresh and _young(cached):
                 return cached[1]
             st = self.portal().status(Ref(row.address, row.resource_id or ""))
             self._status[row.token] = (time.monotonic(), st)
