@@ -436,6 +436,10 @@ class Portal:
         self.scheduler.add_job(self.authenticator.prune, "interval", seconds=60.0, id="nonces",
                                max_instances=1, coalesce=True)
         self.scheduler.start()
+        if self.hosts.datacenter is not None:
+            # a portal with a datacenter places every application: its solver (OR-Tools, over
+            # half a second of imports) is loaded now rather than inside the first initialize
+            import cddlm.application.placement_bridge  # noqa: F401
         # everything built so far lives as long as the portal: keep it out of the collector's
         # full passes, which otherwise stall requests longer the more the portal has loaded
         gc.freeze()

@@ -12,9 +12,10 @@ Times are seconds since the epoch (UTC), as in the store.
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
-from typing import Any, ContextManager
+from typing import Any, Callable, ContextManager
 
 from sqlalchemy import func, or_, select
 
@@ -228,11 +229,14 @@ class Views:
         tree = self._tree(app) if any(c.observed == states.STARTING for c in comps) else None
         now = self.clock()
         there = self._observed_there(app.id, comps)
+        # the namespace's listening sockets, read once for the whole table (when a process
+        # holding a socket asks), not once per component
+        listening = functools.cache(procfs.listening_table)
         out: list[dict] = []
         stack = list(reversed(sorted(children.get(None, []), key=lambda c: c.position)))
         while stack:
             c = stack.pop()
-            out.append(self._component(c, tree, now, there.get(c.path)))
+            out.append(self._component(c, tree, now, there.get(c.path), listening))
             stack.extend(reversed(sorted(children.get(c.path, []), key=lambda k: k.position)))
         return out
 
@@ -258,7 +262,8 @@ class Views:
         return engine.tree(app) if engine is not None else Deployment.from_json(app.deployment)
 
     def _component(self, c: repo.Component, tree: Deployment | None, now: float,
-                   there: dict | None = None) -> dict:
+                   there: dict | None = None,
+                   listening: Callable[[], dict[str, int]] = procfs.listening_table) -> dict:
         """One component; ``there``: what the host portal running it reports of it (its pid
         and ports are that host's)."""
         live = c.observed in (states.STARTING, states.RUNNING)
@@ -268,7 +273,7 @@ class Views:
                "host": c.host, "provider": c.provider, "desired": c.desired, "state": c.observed,
                "pid": pid if live else None,
                "ports": list(there.get("ports") or []) if there is not None and live
-               else self._ports_of(c), "restarts": c.restarts, "exitCode": c.exit_code,
+               else self._ports_of(c, listening), "restarts": c.restarts, "exitCode": c.exit_code,
                "exitSignal": c.exit_signal, "info": c.info, "updated": c.updated,
                "stderr": c.runtime.get("stderr") if c.observed == states.FAILED else None,
                # enacted by another portal (a host portal, or a delegate's): its sub-application
@@ -278,7 +283,7 @@ class Views:
             out.update(local.readiness_wait(tree, c, now) or {})
         return out
 
-    def _ports_of(self, c: repo.Component) -> list[int]:
+    def _ports_of(self, c: repo.Component, listening: Callable[[], dict[str, int]]) -> list[int]:
         if c.type != "process" or c.observed != states.RUNNING or not c.pid:
             return []
         if c.runtime.get("ports"):
@@ -290,7 +295,7 @@ class Views:
             seen = self._ports.get(key)
         if seen is not None and now - seen[0] < PORTS_TTL:
             return seen[1]
-        ports = procfs.listening_ports(c.pid) if procfs.alive(c.pid, c.pid_start) else []
+        ports = procfs.listening_ports(c.pid, listening) if procfs.alive(c.pid, c.pid_start) else []
         with self._ports_lock:
             if len(self._ports) > 4096:
                 self._ports.clear()

@@ -5,7 +5,9 @@
 3. Large requests (over LARGE_MODEL booleans): the packing relaxation (``relaxation``), with at
    most RELAX_SHARE of the time left: a lower bound over the whole problem (every eligible
    provider, no pruning), and placements disaggregated from its counts. A verified placement
-   whose objective reaches the bound is optimal, and the solver stops there.
+   whose objective reaches the bound is optimal, and the solver stops there. Middling ones
+   (PROVE_FROM to LARGE_MODEL booleans): the relaxation's bound only, for at most
+   PROVE_SECONDS, which ends the solve when the greedy answer reaches it.
 4. CP-SAT (``cpmodel``) over candidate providers per component: all of them when the model stays
    small (at most FULL_LIMIT booleans), else the K cheapest half plus a seeded sample half plus
    the hint's choice plus the providers the relaxation's counts use for the component's class
@@ -57,6 +59,8 @@ PRUNED_BUDGET = 60_000
 MIN_K = 16
 LARGE_MODEL = 20_000  # booleans: above, favour speed (no interleaving, no probing), and relax
 RELAX_SHARE = 0.5  # of the time left after the greedy pass, at most, for the relaxation
+PROVE_FROM = 2_000  # booleans: from here up to LARGE_MODEL, the relaxation's bound is tried on
+PROVE_SECONDS = 1.0  # the greedy answer first, for at most this long (or RELAX_SHARE of the time)
 
 
 @dataclass
@@ -152,14 +156,22 @@ def solve(dc: Datacenter, req: Request, *, clock, time_limit: float = 10.0, seed
     if best:
         best.first_solution = elapsed()
     rel, extra = None, None
-    if sum(len(e) for e in inst.eligible) > LARGE_MODEL:
+    size = sum(len(e) for e in inst.eligible)
+    if size > LARGE_MODEL:
         rel, best = _relax(inst, best, checked, elapsed, time_limit, seed, deterministic)
-        if best is not None and best.report.objective <= rel_bound(rel):
-            best.status = "optimal"  # the relaxation proves nothing can cost less
-            best.bound, best.bound_by = rel.bound, "relaxation"
-            return _finish(best, start, clock)
-        if rel is not None and rel.counts:
-            extra = rel.support()
+    elif size >= PROVE_FROM and best is not None:
+        # the relaxation's bound alone (its counts unused): when it shows the greedy answer
+        # optimal, CP-SAT need not search to prove it (1,000 x 10: 0.1 s, not 2-5 s)
+        rel = relaxation.solve(inst, min(PROVE_SECONDS, RELAX_SHARE * (time_limit - elapsed())),
+                               seed, deterministic=deterministic)
+    if best is not None and rel is not None and best.report.objective <= rel_bound(rel):
+        best.status = "optimal"  # the relaxation proves nothing can cost less
+        best.bound, best.bound_by = rel.bound, "relaxation"
+        return _finish(best, start, clock)
+    if size <= LARGE_MODEL:
+        rel = None      # (a smaller model's search and bounds stay CP-SAT's alone, as before)
+    elif rel is not None and rel.counts:
+        extra = rel.support()
     hint = best.placement if best else None
     cands, pruned = candidates(inst, seed, hint, extra)
     outcome = _cp(inst, cands, hint, clock, start, time_limit, seed, workers, deterministic,

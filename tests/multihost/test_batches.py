@@ -4,6 +4,8 @@ pinged far fewer times than it runs components; counted by the host portals' own
 
 from __future__ import annotations
 
+import time
+
 from lxml import etree
 
 from cddlm import ns
@@ -44,13 +46,19 @@ def calls(base: str, token: str) -> dict[str, float]:
     return out
 
 
-def test_each_host_portal_is_asked_once_per_step_of_its_share(tmp_path):
+def metrics_tokens(tmp_path, n: int) -> dict[str, str]:
+    """The host portals' users (the front, and someone to read /metrics): host -> token."""
     tokens = {}
-    for i in (1, 2, 3):     # the host portals' users: the front, and someone to read /metrics
+    for i in range(1, n + 1):
         users = UsersFile(str(tmp_path / ("h%d-users.json" % i)))
         users.add(FRONT_USER, FRONT_PASSWORD, "user", digest=True)
         users.add("ops", "ops-secret-1", "admin")
         tokens["h%d" % i] = users.new_token("ops", "metrics")
+    return tokens
+
+
+def test_each_host_portal_is_asked_once_per_step_of_its_share(tmp_path):
+    tokens = metrics_tokens(tmp_path, 3)
     # the front's liveness pass pings too: seldom here, so that the rounds' pings are counted
     with MultiHost(tmp_path, n=3, front_args=["--liveness-interval", "5"]) as mh:
         bases = {h.name: h.url.rsplit("/cddlm/", 1)[0] for h in mh.hosts}
@@ -73,3 +81,26 @@ def test_each_host_portal_is_asked_once_per_step_of_its_share(tmp_path):
             assert not faults, (name, faults)
             # the pings of rounds and liveness passes, not one (or more) per component and step
             assert asked.get("ping", 0) < PER_HOST, (name, asked)
+
+
+def test_a_running_share_is_not_pinged_by_every_liveness_pass_while_its_host_notifies(tmp_path):
+    """The front's liveness pass (every 0.2 s here) pings a share it saw all running again only
+    after a notification from its host portal, or after remote.CALM seconds: its host portal
+    notifies the front of every change (the push path, proven alone in test_push.py)."""
+    tokens = metrics_tokens(tmp_path, 2)
+    with MultiHost(tmp_path, n=2, front_args=["--liveness-interval", "0.2"]) as mh:
+        bases = {h.name: h.url.rsplit("/cddlm/", 1)[0] for h in mh.hosts}
+        app = Portal(mh.front.url, failover=False).create()
+        app.initialize(ns.NATIVE, body=pinned(sorted(bases), 5))
+        app.run()
+        assert app.wait_for("running", timeout=120) == "running", app.ping()
+        # the pass that sees the shares running first, then a window of 30 passes
+        time.sleep(0.5)
+        before = {name: calls(base, tokens[name]).get("ping", 0) for name, base in bases.items()}
+        time.sleep(6.0)
+        for name, base in bases.items():
+            pinged = calls(base, tokens[name]).get("ping", 0) - before[name]
+            assert pinged <= 5, (name, pinged)     # (a ping every pass: 12 to 30)
+        assert app.state() == "running"
+        app.terminate()
+        assert app.wait_for("terminated", timeout=120) == "terminated"

@@ -8,6 +8,7 @@ across portal restarts.
 from __future__ import annotations
 
 import os
+from typing import Callable
 
 
 def stat_fields(pid: int) -> list[str] | None:
@@ -38,8 +39,8 @@ def alive(pid: int | None, started: str | None) -> bool:
     return started is None or fields[21] == started
 
 
-def listening_ports(pid: int) -> list[int]:
-    """TCP ports the process (or its group) listens on, from its socket inodes."""
+def socket_inodes(pid: int) -> set[str]:
+    """The inodes of the sockets process ``pid`` holds (none: it cannot listen)."""
     inodes = set()
     try:
         for fd in os.listdir("/proc/%d/fd" % pid):
@@ -50,18 +51,34 @@ def listening_ports(pid: int) -> list[int]:
             if target.startswith("socket:["):
                 inodes.add(target[8:-1])
     except OSError:
-        return []
-    ports = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        pass
+    return inodes
+
+
+def listening_table() -> dict[str, int]:
+    """Socket inode -> port of every listening TCP socket of this network namespace: one read
+    of /proc/net/tcp and tcp6, which list every socket of the namespace (a portal's own
+    connections too), so that a pass over many processes reads them once, not once each."""
+    table: dict[str, int] = {}
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
-            with open(table) as f:
+            with open(name) as f:
                 next(f)
                 for line in f:
                     parts = line.split()
-                    if len(parts) > 9 and parts[3] == "0A" and parts[9] in inodes:  # 0A = LISTEN
-                        port = int(parts[1].rsplit(":", 1)[1], 16)
-                        if port not in ports:
-                            ports.append(port)
-        except OSError:
+                    if len(parts) > 9 and parts[3] == "0A":     # 0A = LISTEN
+                        table[parts[9]] = int(parts[1].rsplit(":", 1)[1], 16)
+        except (OSError, StopIteration):
             continue
-    return sorted(ports)
+    return table
+
+
+def listening_ports(pid: int, table: Callable[[], dict[str, int]] = listening_table) -> list[int]:
+    """TCP ports the process (or its group) listens on, from its socket inodes; ``table``
+    gives the namespace's listening sockets (``listening_table``, or one read shared by a
+    pass), asked only of a process holding a socket."""
+    inodes = socket_inodes(pid)
+    if not inodes:
+        return []
+    listening = table()
+    return sorted({listening[i] for i in inodes if i in listening})

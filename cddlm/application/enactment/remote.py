@@ -57,12 +57,18 @@ log = logging.getLogger(__name__)
 
 FOREIGN_WAIT = 120.0    # seconds a share waits for another host's value before it fails
 STATUS_TTL = 0.2        # seconds one ping of a sub-application answers for every component
+STATUS_TTL_PER = 0.0007  # ... or this per component it holds, up to LAST_PAUSE (a share of 1,500
+                         # costs its host ~0.1 s of CPU a ping: a batch's rounds, the others'
+                         # and the liveness pass share one a second, not five)
 OBSERVED_TTL = 1.0      # seconds the host portal's component table answers for every read
 ROW_TTL = 1.0           # seconds one read of a delegation answers for its share's components
 AWAIT = 10.0            # seconds a batch watches its shares on a host before asking again later
                         # (not longer: a slow host would hold the workers that other hosts need)
 FIRST_PAUSE = 0.05      # seconds between a batch's first looks at its shares ...
 LAST_PAUSE = 1.0        # ... growing to this (a notification from the host portal ends a pause)
+CALM = 2.0              # seconds a share seen all running, its host portal notifying this portal
+                        # of changes and silent since, is not pinged by the liveness pass (no
+                        # more: a host portal's --fence-seconds counts on a ping every 2 s)
 DOWN_PREFIX = "unreachable"     # the reason the host monitor gives; only it lifts such a mark
 CONTAINERS = ("compound", "sequence", "parallel")
 
@@ -272,6 +278,12 @@ class _Fresh:
         self._kept.clear()
 
 
+def _young(cached: tuple[float, Status]) -> bool:
+    """Whether a ping's answer (when, status) still answers for its sub-application."""
+    ttl = min(LAST_PAUSE, max(STATUS_TTL, STATUS_TTL_PER * len(cached[1].components)))
+    return time.monotonic() - cached[0] < ttl
+
+
 # -- the runner -----------------------------------------------------------------------------------
 class RemoteRunner:
     remote = True
@@ -279,6 +291,9 @@ class RemoteRunner:
     _building = threading.Lock()        # one thread builds a shape; the others wait for it
     parallel = True         # a batch's hosts are enacted side by side (each waits on its own portal)
     monitored = True        # the host monitor (``Agents``) decides when silence is a failure
+    # a host portal (this program) takes ``run`` while it deploys (initialize and run back to
+    # back), so a share with nothing ordering its starts is run as soon as it is sent
+    early_run = True
     _silent_since: float | None = None
     failing: float | None = None    # when the host monitor's pings went unanswered first (clock)
 
@@ -303,6 +318,8 @@ class RemoteRunner:
         self._observed = _Fresh(OBSERVED_TTL, 256)  # app id -> its components there, by path
         self._notice = threading.Condition()       # notified by ``forget`` (a host's notification)
         self._notices = 0
+        self._pushed: set[str] = set()             # tokens whose sub-application notifies here
+        self._calm: dict[str, tuple[float, int]] = {}  # token -> seen all running: when, notices
         # the runners of the other remote hosts (set by the composition root): where a lazy
         # reference to a component on another host is resolved
         self.peers: dict[str, "RemoteRunner"] = {}
@@ -521,7 +538,7 @@ class RemoteRunner:
                 # initialize, is not sent its descriptor twice: another portal may refuse that)
                 self._initialize(ref, token, shape, group, path, app_id)
             if row.asked == "created":
-                self._subscribe(ref)
+                self._subscribe(ref, token)
                 self._set(token, asked="initialized")
             row = self._by_token(token)
             if row.asked in ("initialized", "running"):
@@ -614,7 +631,7 @@ class RemoteRunner:
         self._waiting.pop(token, None)
         return value
 
-    def _subscribe(self, ref: Ref) -> None:
+    def _subscribe(self, ref: Ref, token: str) -> None:
         """Push: the host portal notifies this portal of the sub-application's lifecycle
         (``--agent-callback``, else its own URL). Only a hint to look now; the pings decide, so a
         host portal that refuses the subscription is still followed."""
@@ -623,6 +640,9 @@ class RemoteRunner:
             return
         try:
             self.portal().subscribe(ref, consumer.rstrip("/") + "/cddlm/agents/" + self.host.name)
+            if len(self._pushed) > 4096:
+                self._pushed.clear()
+            self._pushed.add(token)
         except (RemoteFault, Gone, AgentUnreachable) as e:
             log.info("host %s took no lifecycle subscription: %s (pings follow it)", self.host.name, e)
 
@@ -634,14 +654,14 @@ class RemoteRunner:
                          .values(updated=self.clock(), **values))
 
     def status(self, row: Any, fresh: bool = False) -> Status:
-        """The sub-application's status, pinged at most every ``STATUS_TTL`` seconds."""
-        now = time.monotonic()
+        """The sub-application's status, pinged at most every ``STATUS_TTL`` seconds (longer for
+        a large one); a notification from its host portal (``forget``) ends that at once."""
         cached = self._status.get(row.token)
-        if cached and not fresh and now - cached[0] < STATUS_TTL:
+        if cached and not fresh and _young(cached):
             return cached[1]
         with self._token_lock(row.token + "/status"):
             cached = self._status.get(row.token)
-            if cached and not fresh and time.monotonic() - cached[0] < STATUS_TTL:
+            if cached and not fresh and _young(cached):
                 return cached[1]
             st = self.portal().status(Ref(row.address, row.resource_id or ""))
             self._status[row.token] = (time.monotonic(), st)
@@ -785,11 +805,39 @@ class RemoteRunner:
                                                        "hostPortal": self.host.agent})
                     return [(key, out) for key, _ in members]
                 row = self._ensure(app_id, members[0][1])
+                if row.asked == "initialized" and self._starts_with_deploy(app_id, shape):
+                    row = self._run(row) or row
                 return self._outcomes(row, self.status(row), members,
                                       ("deployed", "starting", "running", "completed"), "deployed")
             return self._guard(members, go)
         self._rounds(self._shares(jobs), look, keep_lease, report,
                      "the sub-application is still deploying")
+
+    def _starts_with_deploy(self, app_id: str, shape: Shape) -> bool:
+        """Whether a share may be run as soon as it is sent: the application is to run, and
+        nothing orders its starts (one start group: no sequence; a share needing values of
+        components elsewhere is sent at its start, not here). The host portal then deploys
+        and starts its share in one go, as a portal takes initialize and run back to back,
+        rather than waiting for every host's deploy and this portal's start of the group."""
+        if not self.early_run or set(shape.groups.values()) - {"0"}:
+            return False
+        app, _ = self._app(app_id)
+        return app.desired == "running"
+
+    def _run(self, row: Any) -> Any:
+        """The share's ``run``, asked once (recorded): its newest row, None while it cannot be
+        asked yet (another batch is asking; a portal not ours still deploying it)."""
+        with self._token_lock(row.token):
+            row = self._by_token(row.token)     # another batch may have run it
+            if row.asked != "initialized":
+                return None
+            st = self.status(row, fresh=True)
+            if st.state == "instantiated" and not self.early_run:
+                return None     # still deploying: the next round looks again
+            if st.state in ("instantiated", "initialized"):
+                self.portal().run(Ref(row.address, row.resource_id or ""))
+            self._set(row.token, asked="running")
+            return self._by_token(row.token)
 
     def start_many(self, jobs: Iterable[tuple[Any, Target, Any, Any]], keep_lease,
                    report: Report) -> None:
@@ -802,16 +850,9 @@ class RemoteRunner:
             def go() -> list:
                 row = self._ensure(app_id, members[0][1])
                 if row.asked == "initialized":
-                    with self._token_lock(row.token):
-                        row = self._by_token(row.token)     # another batch may have run it
-                        if row.asked != "initialized":
-                            return []
-                        st = self.status(row, fresh=True)
-                        if st.state == "instantiated":
-                            return []       # still deploying: the next round looks again
-                        if st.state == "initialized":
-                            self.portal().run(Ref(row.address, row.resource_id or ""))
-                        self._set(row.token, asked="running")
+                    row = self._run(row)
+                    if row is None:
+                        return []
                 return self._outcomes(row, self.status(row), members, ("running", "completed"),
                                       "running")
             return self._guard(members, go)
@@ -849,8 +890,9 @@ class RemoteRunner:
         out: set[str] = set()
         for members in shares.values():
             row = self._row(app_id, members[0])
-            if row is None or row.address is None:
+            if row is None or row.address is None or self._quiet(row.token):
                 continue
+            seen = self._notices        # (a notification during the ping is not missed)
             try:
                 st = self.status(row)
             except AgentUnreachable:
@@ -858,8 +900,24 @@ class RemoteRunner:
             except (Gone, RemoteFault):
                 out.update(members)
                 continue
-            out.update(p for p in members if self._component(st, p)[0] != "running")
+            changed = {p for p in members if self._component(st, p)[0] != "running"}
+            out.update(changed)
+            if not changed:
+                if len(self._calm) > 4096:
+                    self._calm.clear()
+                self._calm[row.token] = (time.monotonic(), seen)
         return out
+
+    def _quiet(self, token: str) -> bool:
+        """Whether the share ``token`` was seen all running lately by a ping (``CALM``, at most
+        half the lease: the default liveness interval, so that a fencing host portal is renewed
+        as often as before), and its host portal, which notifies this portal of its changes
+        (the push path), has sent none since: the liveness pass need not ping it again (a pass
+        over 10,000 components on 10 host portals, every 0.5 s, pinged each share of 1,500
+        components each time). A share that does not notify here is pinged every pass."""
+        seen = self._calm.get(token)
+        return seen is not None and token in self._pushed and seen[1] == self._notices and \
+            time.monotonic() - seen[0] < min(CALM, self.settings.agent_lease / 2)
 
     def stop_many(self, jobs: Iterable[tuple[Any, Target, Any, Any]], keep_lease,
                   report: Report) -> None:
@@ -929,6 +987,7 @@ class DelegateRunner(RemoteRunner):
 
     STATES = {"initialized": "deployed", "running": "running", "failed": "failed"}
     monitored = False
+    early_run = False       # any CDDLM portal: run once its sub-application is initialized
 
     def __init__(self, url: str, store: Store, settings: Settings, factory: PortalFactory,
                  read: Callable[[str], bytes], clock: Callable[[], float] = time.time,
