@@ -82,9 +82,12 @@ def pytest_collection_modifyitems(config, items) -> None:
 
 # With ``--lanes`` (make test's serial part, in two pytest-xdist workers) the tests run in two
 # lanes side by side, one test at a time in each: the tests of test hosts in network namespaces,
-# which spend their time waiting on leases, heartbeats and restarts (one at a time: their
-# bridges' subnets are drawn at random and their host portals share a port), and all the others.
-HOSTS_LANE = ("tests/multihost/", "tests/engines/", "tests/test_netns.py")
+# which spend their time waiting on leases, heartbeats and restarts (one lane: their bridges'
+# subnets are drawn at random and their host portals share a port), with the CLI's and the
+# scale tests (so that each lane takes about half the time: 13 and 2 minutes of 29 in a run
+# one at a time), and all the others.
+HOSTS_LANE = ("tests/multihost/", "tests/engines/", "tests/test_netns.py", "tests/cli/",
+              "tests/test_scale.py")
 
 
 def pytest_addoption(parser) -> None:
