@@ -83,11 +83,10 @@ def pytest_collection_modifyitems(config, items) -> None:
 # With ``--lanes`` (make test's serial part, in two pytest-xdist workers) the tests run in two
 # lanes side by side, one test at a time in each: the tests of test hosts in network namespaces,
 # which spend their time waiting on leases, heartbeats and restarts (one lane: their bridges'
-# subnets are drawn at random and their host portals share a port), with the CLI's and the
-# scale tests (so that each lane takes about half the time: 13 and 2 minutes of 29 in a run
-# one at a time), and all the others.
-HOSTS_LANE = ("tests/multihost/", "tests/engines/", "tests/test_netns.py", "tests/cli/",
-              "tests/test_scale.py")
+# subnets are drawn at random and their host portals share a port) with the CLI's tests, and
+# all the others: about half the time each (one at a time, the namespaced hosts took 13 of the
+# serial part's 29 minutes and the CLI's tests 1; side by side, their lane the longer).
+HOSTS_LANE = ("tests/multihost/", "tests/engines/", "tests/test_netns.py", "tests/cli/")
 
 
 def pytest_addoption(parser) -> None:
