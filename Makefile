@@ -35,13 +35,14 @@ serve: install
 	$(BIN)/cddlm portal serve $(ARGS)
 
 # the suite in two parts: the tests that may share the machine in WORKERS parallel workers
-# (pytest-xdist), then those marked serial (tests/conftest.py says which, and why) one at a time;
+# (pytest-xdist), then those marked serial (tests/conftest.py says which, and why) one at a time
+# in each of two lanes (the tests of namespaced test hosts beside the others: HOSTS_LANE there);
 # it fails when either part does (pytest's 5, nothing selected, as when ARGS picks tests of one
 # part only, is no failure)
 WORKERS ?= $(shell echo $$(( $$(nproc) * 2 )))
 PYTEST := $(BIN)/python -m pytest
 define two_parts
-	@rc=0; for part in "-n $(WORKERS) -m 'not serial and not slow'" "-m 'serial or slow'"; do \
+	@rc=0; for part in "-n $(WORKERS) -m 'not serial and not slow'" "-n 2 --lanes -m 'serial or slow'"; do \
 		eval $(PYTEST) $$part $(1) || { r=$$?; [ $$r = 5 ] || rc=$$r; [ $$r = 2 ] && exit 2; }; \
 	done; exit $$rc
 endef

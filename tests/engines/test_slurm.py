@@ -355,12 +355,13 @@ def test_stopping_one_task_leaves_its_siblings_running_and_a_restart_is_a_job_of
 
 
 # -- readiness, logs, values ---------------------------------------------------------------------
-def test_readiness_logs_with_offsets_and_values(slurm, front):
+def test_readiness_logs_with_offsets_and_values(slurm, front, tmp_path):
+    go = tmp_path / "go"      # "two" comes once the first read is done (the nodes share files)
     text = application(
         process("web", "python3", "-u", "-m", "http.server", "18555",
                 readiness='<item name="tcp">18555</item>'),
-        process("talk", "sh", "-c", "echo one; sleep 2; echo two; exec sleep 600",
-                readiness='<item name="log">one</item>'))
+        process("talk", "sh", "-c", "echo one; until [ -e %s ]; do sleep 0.1; done; echo two; "
+                "exec sleep 600" % go, readiness='<item name="log">one</item>'))
     app = deploy(front, text)
     c = comps(app)
     host = c["web"]["host"]
@@ -371,6 +372,7 @@ def test_readiness_logs_with_offsets_and_values(slurm, front):
     assert jobs(slurm)[c["web"]["pid"]]["batch_host"] == host
     first = app.logs("talk")
     assert first["lines"] == ["one"] and first["host"] == c["talk"]["host"]
+    go.touch()
     assert wait_until(lambda: app.logs("talk", offset=first["offset"])["lines"] == ["two"], 10)
     finish(app)
 

@@ -33,6 +33,11 @@ class HostPortal:
     extra: list[str] = field(default_factory=list)
 
     def start(self, timeout: float = 60.0) -> "HostPortal":
+        return self.spawn().ready(timeout)
+
+    def spawn(self) -> "HostPortal":
+        """Start the portal without waiting for it (``ready`` waits): a cluster's host portals
+        start side by side."""
         users = self.state.parent / ("%s-users.json" % self.name)
         if not users.exists():
             from cddlm.application.users import UsersFile
@@ -44,6 +49,9 @@ class HostPortal:
         self.log = open(self.state.parent / ("%s-%d.log" % (self.name, time.time_ns())), "wb")
         kwargs = dict(stdout=subprocess.PIPE, stderr=self.log, cwd=ROOT)
         self.proc = self.netns.popen(argv, **kwargs) if self.netns else subprocess.Popen(argv, **kwargs)
+        return self
+
+    def ready(self, timeout: float = 60.0) -> "HostPortal":
         try:
             self.url = ready_url(self.proc, timeout)
         except RuntimeError:
@@ -102,7 +110,9 @@ class MultiHost:
                 self.hosts.append(HostPortal("h%d" % i, address, self.folder / ("h%d" % i), netns,
                                              extra=list(self.host_args)))
             for h in self.hosts:
-                h.start()
+                h.spawn()
+            for h in self.hosts:
+                h.ready()
             self.write_config()
             self.start_front()
         except BaseException:

@@ -4,6 +4,7 @@ no secrets, cheap to poll."""
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 import urllib.error
@@ -33,11 +34,19 @@ def test_a_live_portal_is_healthy_and_ready_and_polling_is_cheap(live_portal):
     status, headers, body = get(base(lp) + "/readyz")
     assert (status, body) == (200, {"status": "ready"})
     assert headers["Content-Type"] == "application/json"
-    started = time.perf_counter()
+    # cheap: the portal's CPU time per answer (its wall time is the machine's load's to say)
+    started = cpu_seconds(lp.proc.pid)
     for _ in range(50):
         assert get(base(lp) + "/readyz")[0] == 200
-    each = (time.perf_counter() - started) / 50
-    assert each < 0.05, "a /readyz took %.1f ms" % (each * 1000)
+    each = (cpu_seconds(lp.proc.pid) - started) / 50
+    assert each < 0.005, "a /readyz took %.1f ms of the portal's CPU" % (each * 1000)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time process ``pid`` has used, all its threads."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def test_a_store_migrated_past_this_program_is_not_ready(live_portal):
