@@ -354,6 +354,33 @@ def test_stopping_one_task_leaves_its_siblings_running_and_a_restart_is_a_job_of
     runner.remove_app(victim.app_id)
 
 
+def test_a_job_not_launched_yet_is_cancelled_at_once_not_given_its_signal_and_grace(slurm, tmp_path):
+    """Slurm says RUNNING once it allocated a job, before the node launched it (a share's tasks
+    launch over seconds): a job whose script has not begun, told by its stdout log not being
+    there yet, is cancelled at once (Slurm's TERM) rather than sent its own signal and waited
+    for; a launched one gets its own signal. The missing log stands for the launch to come."""
+    client = Counting()
+    argv = ("sh", "-c", "trap 'echo got USR1 >> signals; exit 0' USR1; "
+            "trap 'echo got TERM >> signals; exit 0' TERM; echo up; while :; do sleep 0.2; done")
+    runner, targets = share(tmp_path, client, 2, argv=argv, readiness={"log": "up"},
+                            stop_signal="USR1", grace="30")
+    got = start_all(runner, targets)
+    waiting, launched = targets
+    os.unlink(os.path.join(runner.component_dir(waiting.app_id, waiting.path), "stdout.log"))
+    started = time.monotonic()
+    stopped: list = []
+    runner.stop_many([(t.path, t, got[t.path].pid, got[t.path].pid_start) for t in targets], None,
+                     stopped.extend)
+    assert {o.event for _, o in stopped} == {"stopped"} and time.monotonic() - started < 20
+
+    def said(t) -> str:
+        path = os.path.join(runner.component_dir(t.app_id, t.path), "signals")
+        return open(path).read().strip() if os.path.exists(path) else ""
+    assert wait_until(lambda: said(waiting) and said(launched), 10), (said(waiting), said(launched))
+    assert (said(waiting), said(launched)) == ("got TERM", "got USR1")
+    runner.remove_app(waiting.app_id)
+
+
 # -- readiness, logs, values ---------------------------------------------------------------------
 def test_readiness_logs_with_offsets_and_values(slurm, front, tmp_path):
     go = tmp_path / "go"      # "two" comes once the first read is done (the nodes share files)

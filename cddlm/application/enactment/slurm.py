@@ -577,27 +577,39 @@ class SlurmRunner:
                 sig = str(t.attributes.get("stop_signal") or "TERM")
                 grace = t.attributes.get("grace")
                 found.append((key, self._find(t, job_id, started, live, arrays), sig,
-                              float(grace) if grace is not None else 5.0))
-            report([(key, Outcome("stopped")) for key, job, _, _ in found if job is None])
+                              float(grace) if grace is not None else 5.0, t))
+            report([(key, Outcome("stopped")) for key, job, _, _, _ in found if job is None])
             found = [f for f in found if f[1] is not None]
             by_signal: dict[str, list[str]] = {}
-            for _, job, sig, _ in found:
-                if job.state == "RUNNING":
+            at_once: list[str] = []
+            for _, job, sig, _, t in found:
+                if job.state == "RUNNING" and self._launched(t):
                     by_signal.setdefault(sig, []).append(job.ref)
+                else:
+                    at_once.append(job.ref)
             side = self.settings.slurm_submits
-            self.slurm.cancel([job.ref for _, job, _, _ in found if job.state != "RUNNING"],
-                              side_by_side=side)
+            self.slurm.cancel(at_once, side_by_side=side)
             for sig, refs in by_signal.items():
                 self.slurm.cancel(refs, sig, side_by_side=side)
         except SlurmUnavailable as e:
             raise Later(2.0, str(e)) from None
         waits = []
         due = _Cancels(self.slurm, self.settings.slurm_submits)
-        for key, job, sig, grace in found:
+        for key, job, sig, grace, _ in found:
             w = self._stopping(self._ref(job), None, grace, job, due)
             w.key = key
             waits.append(w)
         _wait_all(waits, keep_lease, report)
+
+    def _launched(self, t: Target) -> bool:
+        """Whether a running job's script has begun on its node: its stdout log is there (the
+        node opens it when it launches the job, an array's task as its script's first step).
+        Slurm says RUNNING once it has allocated a job, and the nodes launch a share's tasks
+        over seconds: a job not launched yet has no process to give its signal and grace to
+        (a signal would wait for the launch), so it is cancelled at once. One launching just
+        then gets Slurm's own cancel: TERM, and KILL after the cluster's KillWait. Not seen
+        (logs on a filesystem the portal cannot read): cancelled so too."""
+        return os.path.exists(os.path.join(self.component_dir(t.app_id, t.path), "stdout.log"))
 
     def _stopping(self, ref: Ref, sig: str | None, grace: float, job: Job | None = None,
                   due: "_Cancels | None" = None) -> "_Wait":
