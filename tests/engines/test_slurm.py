@@ -283,6 +283,7 @@ def test_a_nodes_share_is_one_job_array_and_each_task_runs_its_own_component(slu
         job = now[got[t.path].pid]
         assert (job["array_job_id"], job["array_task_id"], job["batch_host"]) == (array, n, "n2")
         assert got[t.path].runtime["job"] == "%d_%d" % (array, n)
+        assert os.path.exists(runner._marker(t))     # running once its script began, not at allocation
     # each task's output in its own component's logs, with its own environment and directory
     w3 = runner.component_dir(targets[0].app_id, "w3")
     assert wait_until(lambda: runner.log_read(targets[0].app_id, "w3", "stdout", lines=20)[0], 10)
@@ -356,9 +357,9 @@ def test_stopping_one_task_leaves_its_siblings_running_and_a_restart_is_a_job_of
 
 def test_a_job_not_launched_yet_is_cancelled_at_once_not_given_its_signal_and_grace(slurm, tmp_path):
     """Slurm says RUNNING once it allocated a job, before the node launched it (a share's tasks
-    launch over seconds): a job whose script has not begun, told by its stdout log not being
-    there yet, is cancelled at once (Slurm's TERM) rather than sent its own signal and waited
-    for; a launched one gets its own signal. The missing log stands for the launch to come."""
+    launch over seconds): a job whose script has not begun (its marker not there yet) is
+    cancelled at once (Slurm's TERM) rather than sent its own signal and waited for; a
+    launched one gets its own signal. The marker removed stands for the launch to come."""
     client = Counting()
     argv = ("sh", "-c", "trap 'echo got USR1 >> signals; exit 0' USR1; "
             "trap 'echo got TERM >> signals; exit 0' TERM; echo up; while :; do sleep 0.2; done")
@@ -366,7 +367,7 @@ def test_a_job_not_launched_yet_is_cancelled_at_once_not_given_its_signal_and_gr
                             stop_signal="USR1", grace="30")
     got = start_all(runner, targets)
     waiting, launched = targets
-    os.unlink(os.path.join(runner.component_dir(waiting.app_id, waiting.path), "stdout.log"))
+    os.unlink(runner._marker(waiting))       # as if its node had not launched it yet
     started = time.monotonic()
     stopped: list = []
     runner.stop_many([(t.path, t, got[t.path].pid, got[t.path].pid_start) for t in targets], None,

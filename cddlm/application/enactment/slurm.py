@@ -35,6 +35,7 @@ jobs); a job that ends ``NODE_FAIL`` fails its component with the node's reason.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -390,11 +391,21 @@ class SlurmRunner:
             options.append("--cpus-per-task=%d" % max(1, -(-float(demand["cpu"]) // 1)))
         if demand.get("memory"):
             options.append("--mem=%dM" % max(1, -(-float(demand["memory"]) // 1)))
+        marker = self._marker(t)
+        os.makedirs(os.path.dirname(marker), exist_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(marker)       # (an earlier start's: this one's is made when it begins)
         return _Prepared(workdir, self.files._cwd(t, workdir), env, node, options)
+
+    def _marker(self, t: Target) -> str:
+        """The file a component's job script makes as it begins on its node (``_launched``),
+        beside the application's array manifests."""
+        return os.path.join(self._arrays_dir(t.app_id), "launched",
+                            hashlib.sha256(t.path.encode()).hexdigest()[:24])
 
     def _submit(self, t: Target, p: "_Prepared") -> int:
         """One component as a job of its own: its script ``exec``s its argv."""
-        script = "#!/bin/sh\nexec %s\n" % _argv(t)
+        script = "#!/bin/sh\n: >%s\nexec %s\n" % (shlex.quote(self._marker(t)), _argv(t))
         options = ["-w", p.node, "-J", job_name(t.app_id, t.path),
                    "--comment", job_comment(t.app_id, t.generation, t.path),
                    "-o", os.path.join(p.workdir, "stdout.log"),
@@ -430,9 +441,10 @@ class SlurmRunner:
                                if SHELL_NAME.fullmatch(k))
             odd = " ".join(shlex.quote("%s=%s" % kv) for kv in sorted(own.items())
                            if not SHELL_NAME.fullmatch(kv[0]))
-            lines.append("%d) exec >>%s 2>>%s; cd %s || exit 1; %sexec %s%s;;" % (
+            lines.append("%d) exec >>%s 2>>%s; : >%s; cd %s || exit 1; %sexec %s%s;;" % (
                 i, shlex.quote(os.path.join(p.workdir, "stdout.log")),
-                shlex.quote(os.path.join(p.workdir, "stderr.log")), shlex.quote(p.cwd),
+                shlex.quote(os.path.join(p.workdir, "stderr.log")), shlex.quote(self._marker(t)),
+                shlex.quote(p.cwd),
                 "export %s; " % exports if exports else "", "env %s " % odd if odd else "",
                 _argv(t)))
         lines += ["esac", 'echo "cddlm: no component is task $SLURM_ARRAY_TASK_ID" >&2', "exit 127", ""]
@@ -487,6 +499,14 @@ class SlurmRunner:
                 return None
             if not job.live:
                 return self._ended(job, base)
+            if not self._launched(t):       # allocated, its script not begun on the node yet
+                if time.monotonic() - since > self.settings.slurm_pending_timeout:
+                    return wait.become(self._failing(ref, Outcome(
+                        "failed", "job %s allocated on node %s but its script did not begin "
+                                  "within %g s (is %s shared with the node?)" % (
+                                      name, node, self.settings.slurm_pending_timeout,
+                                      self.files.root), **base)))
+                return None
             if ready is None:
                 return Outcome("running", **base)
             if state["running"] is None:
@@ -602,14 +622,14 @@ class SlurmRunner:
         _wait_all(waits, keep_lease, report)
 
     def _launched(self, t: Target) -> bool:
-        """Whether a running job's script has begun on its node: its stdout log is there (the
-        node opens it when it launches the job, an array's task as its script's first step).
-        Slurm says RUNNING once it has allocated a job, and the nodes launch a share's tasks
-        over seconds: a job not launched yet has no process to give its signal and grace to
-        (a signal would wait for the launch), so it is cancelled at once. One launching just
-        then gets Slurm's own cancel: TERM, and KILL after the cluster's KillWait. Not seen
-        (logs on a filesystem the portal cannot read): cancelled so too."""
-        return os.path.exists(os.path.join(self.component_dir(t.app_id, t.path), "stdout.log"))
+        """Whether a job's script has begun on its node: it made its marker (``_marker``,
+        removed before each submit). Slurm says RUNNING once it has allocated a job, and the
+        nodes launch a share's tasks over seconds: a component is running once its script
+        began (``_starting``), and a job not launched yet has no process to give its signal
+        and grace to (a signal would wait for the launch), so a stop cancels it at once. One
+        launching just then gets Slurm's own cancel: TERM, and KILL after the cluster's
+        KillWait."""
+        return os.path.exists(self._marker(t))
 
     def _stopping(self, ref: Ref, sig: str | None, grace: float, job: Job | None = None,
                   due: "_Cancels | None" = None) -> "_Wait":
