@@ -319,7 +319,8 @@ class RemoteRunner:
         self._notice = threading.Condition()       # notified by ``forget`` (a host's notification)
         self._notices = 0
         self._pushed: set[str] = set()             # tokens whose sub-application notifies here
-        self._calm: dict[str, tuple[float, int]] = {}  # token -> seen all running: when, notices
+        # token -> the count of notices when a ping saw the share all running (``_quiet``)
+        self._calm = _Fresh(min(CALM, settings.agent_lease / 2), 4096)
         # the runners of the other remote hosts (set by the composition root): where a lazy
         # reference to a component on another host is resolved
         self.peers: dict[str, "RemoteRunner"] = {}
@@ -903,9 +904,7 @@ class RemoteRunner:
             changed = {p for p in members if self._component(st, p)[0] != "running"}
             out.update(changed)
             if not changed:
-                if len(self._calm) > 4096:
-                    self._calm.clear()
-                self._calm[row.token] = (time.monotonic(), seen)
+                self._calm.put(row.token, seen)
         return out
 
     def _quiet(self, token: str) -> bool:
@@ -915,9 +914,7 @@ class RemoteRunner:
         (the push path), has sent none since: the liveness pass need not ping it again (a pass
         over 10,000 components on 10 host portals, every 0.5 s, pinged each share of 1,500
         components each time). A share that does not notify here is pinged every pass."""
-        seen = self._calm.get(token)
-        return seen is not None and token in self._pushed and seen[1] == self._notices and \
-            time.monotonic() - seen[0] < min(CALM, self.settings.agent_lease / 2)
+        return token in self._pushed and self._calm.get(token) == self._notices
 
     def stop_many(self, jobs: Iterable[tuple[Any, Target, Any, Any]], keep_lease,
                   report: Report) -> None:

@@ -54,7 +54,7 @@ from cddlm.application.enactment.confine import Escape
 from cddlm.application.enactment.local import (READINESS_TIMEOUT, Later, LocalRunner, Outcome,
                                                Report, Target, _run_all, _Wait, _wait_all,
                                                readiness)
-from cddlm.application.enactment.slurmctl import Job, Slurm, SlurmUnavailable
+from cddlm.application.enactment.slurmctl import Job, Slurm, SlurmUnavailable, task_ref
 from cddlm.application.hosts import Host
 from cddlm.application.store import Store
 from cddlm.application.tables import hosts as hosts_table
@@ -131,7 +131,7 @@ def recorded_task(started: str | None) -> tuple[int, int] | None:
 
 
 def ref_text(ref) -> str:
-    return "%d_%d" % ref if isinstance(ref, tuple) else str(ref)
+    return task_ref(*ref) if isinstance(ref, tuple) else str(ref)
 
 
 def _where(job: Job) -> str:

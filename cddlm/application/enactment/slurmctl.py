@@ -69,7 +69,7 @@ class Job:
     @property
     def ref(self) -> str:
         """What ``scancel`` names it by: ``ARRAY_TASK`` for an array's task, else its id."""
-        return "%d_%d" % (self.array_id, self.task) if self.array_id and self.task is not None \
+        return task_ref(self.array_id, self.task) if self.array_id and self.task is not None \
             else str(self.id)
 
     @classmethod
@@ -83,6 +83,11 @@ class Job:
                    _number(raw.get("exit_code")), _number(raw.get("submit_time")),
                    _number(raw.get("array_job_id")), _task(raw.get("array_task_id")),
                    str(raw.get("array_task_string") or ""))
+
+
+def task_ref(array_id: int, task: int) -> str:
+    """How Slurm names an array's task: ``ARRAY_TASK``."""
+    return "%d_%d" % (array_id, task)
 
 
 def _task(value: Any) -> int | None:
