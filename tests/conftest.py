@@ -148,8 +148,17 @@ def pg_schema_url():
     try:
         yield PG_URL + "?options=-csearch_path%%3D%s" % schema
     finally:
-        with psycopg.connect(PG_URL, autocommit=True) as conn:
-            conn.execute('DROP SCHEMA "%s" CASCADE' % schema)
+        # a portal the test left running may still hold a table of the schema while it waits
+        # for another: PostgreSQL then ends one of the two as a deadlock, perhaps the DROP
+        for attempt in range(5):
+            try:
+                with psycopg.connect(PG_URL, autocommit=True) as conn:
+                    conn.execute('DROP SCHEMA "%s" CASCADE' % schema)
+                break
+            except (psycopg.errors.DeadlockDetected, psycopg.errors.LockNotAvailable):
+                if attempt == 4:
+                    raise
+                time.sleep(0.2)
 
 
 @contextlib.contextmanager

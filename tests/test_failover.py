@@ -24,7 +24,10 @@ pytestmark = pytest.mark.skipif(not postgres_available(),
 def two_portals(live_portal, tmp_path):
     with pg_schema_url() as url:
         shared = ["--hosts-dir", str(tmp_path / "hosts"), "--heartbeat", "0.5"]
-        yield live_portal(db=url, extra=shared), live_portal(db=url, extra=shared)
+        a, b = live_portal(db=url, extra=shared), live_portal(db=url, extra=shared)
+        yield a, b
+        a.stop()        # before the schema is dropped under them
+        b.stop()
 
 
 def test_the_client_fails_over_and_rebinds_when_its_portal_dies(two_portals):
