@@ -16,8 +16,10 @@ here (and loopback) are ever contacted.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -26,6 +28,8 @@ import uuid
 from dataclasses import dataclass, field
 
 import pytest
+
+LOCK = "/tmp/cddlm-test-subnets.lock"      # see Cluster._bridge
 
 
 def _ip(*args: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -99,18 +103,30 @@ class Cluster:
         self.n = n
         self.prefix = prefix
         self.tag = uuid.uuid4().hex[:5]
-        self.subnet = "10.213.%d" % random.randint(1, 254)
+        self.subnet = self.gateway = ""     # drawn when the bridge is made (``_bridge``)
         self.bridge = "cbr%s" % self.tag
-        self.gateway = self.subnet + ".1"
         self.hosts: list[Host] = []
+
+    def _bridge(self) -> None:
+        """Make the bridge on a subnet no other bridge of this machine has: drawn and taken under
+        a file lock, so that suites running side by side on one machine do not share one."""
+        with open(LOCK, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            taken = set(re.findall(r"inet 10\.213\.(\d+)\.", _ip("-4", "addr", "show").stdout))
+            free = [n for n in range(1, 255) if str(n) not in taken]
+            if not free:
+                raise RuntimeError("every subnet 10.213.1-254.0/24 is taken by another test's bridge")
+            self.subnet = "10.213.%d" % random.choice(free)
+            self.gateway = self.subnet + ".1"
+            _ip("link", "add", self.bridge, "type", "bridge")
+            _ip("addr", "add", self.gateway + "/24", "dev", self.bridge)
 
     def __enter__(self) -> "Cluster":
         reason = unavailable_reason()
         if reason:
             pytest.skip("test hosts need network namespaces: %s" % reason)
         try:
-            _ip("link", "add", self.bridge, "type", "bridge")
-            _ip("addr", "add", self.gateway + "/24", "dev", self.bridge)
+            self._bridge()
             _ip("link", "set", self.bridge, "up")
             for i in range(1, self.n + 1):
                 name = "cddlm-%s-%s%d" % (self.tag, self.prefix, i)
