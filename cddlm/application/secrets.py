@@ -196,7 +196,7 @@ def _redact_xml(text: str) -> str:
     from lxml import etree
     from cddlm import xmlsafe
     root = xmlsafe.parse(text)
-    for el in root.iter():
+    for el in list(root.iter()):    # (a list: emptying an element would end the walk there)
         if not isinstance(el.tag, str):
             continue
         marked = el.get("secret") if etree.QName(el).namespace == ns.NATIVE else None

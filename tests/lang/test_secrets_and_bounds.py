@@ -80,6 +80,16 @@ def test_descriptor_text_is_shown_with_its_literal_secrets_masked():
     assert redact_descriptor(ns.HOT, "heat_template_version: x\n") == "heat_template_version: x\n"
 
 
+def test_every_secret_of_a_descriptor_text_is_masked_after_a_secret_list():
+    # masking the list (its items removed) ended the walk there: the secrets after it were shown
+    text = native('<component name="w" type="process">'
+                  '<attribute name="argv" secret="true"><item>run</item><item>list-secret</item></attribute>'
+                  '<attribute name="env"><item name="K" secret="true">item-secret</item>'
+                  '<item name="P">plain</item></attribute></component>')
+    shown = redact_descriptor(ns.NATIVE, text)
+    assert "list-secret" not in shown and "item-secret" not in shown and "plain" in shown
+
+
 def test_merge_keys_are_merged_once_each_and_bounded():
     data = hot_yaml.load("a: &a {x: 1, y: 2}\nb: &b {y: 3, z: 4}\nc: {<<: [*a, *b], x: 9}\n",
                          max_nodes=100)
