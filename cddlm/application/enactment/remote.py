@@ -618,7 +618,7 @@ class RemoteRunner:
         given = node.attributes.get(name) if node is not None else None
         if given is not None and not has_lazy(given):
             return given
-        if shape.tree.is_secret(target):
+        if given is not None and shape.tree.is_secret(target):
             raise ResolutionError("%s is a secret its host resolves itself and returns to nobody: "
                                   "a component on another host cannot be given it" % target,
                                   kind="unresolved-reference", path=target)
