@@ -7,7 +7,9 @@ the secret strings the language met (``secret_values``). They are stored and giv
 components, and never returned: ``resolve`` answers ``HIDDEN`` in their place,
 ``visible_properties`` leaves them out of the properties that ``api:deploymentInfo``, the
 dashboard and its JSON show (they list the hidden names instead), and ``redact_descriptor``
-masks the literal secrets of a descriptor's text before it is shown.
+masks the literal secrets of a descriptor's text before it is shown. A share a front portal
+sends a host portal carries the marks (``native.to_xml`` with ``Deployment.secrets``), so the
+host portal keeps the same values secret.
 
 Texts made from secret values (a readiness check's "waiting for log /PATTERN/", a failure
 "not ready after 30s: ...", a validation fault quoting a value) are masked by what they
@@ -196,7 +198,7 @@ def _redact_xml(text: str) -> str:
     from lxml import etree
     from cddlm import xmlsafe
     root = xmlsafe.parse(text)
-    for el in root.iter():
+    for el in list(root.iter()):    # (a list: emptying an element would end the walk there)
         if not isinstance(el.tag, str):
             continue
         marked = el.get("secret") if etree.QName(el).namespace == ns.NATIVE else None

@@ -21,6 +21,8 @@ Policies take their parameters as attributes; list parameters (``between``, ``gr
 
 from __future__ import annotations
 
+from typing import Collection
+
 from lxml import etree
 
 from cddlm import ns
@@ -260,26 +262,34 @@ LANGUAGE = _Native()
 
 
 # -- writing: a component tree as a native document (what a front portal sends a host portal) --
-def to_xml(components: list[Component]) -> etree._Element:
+def to_xml(components: list[Component], secrets: Collection[str] = frozenset()) -> etree._Element:
     """``components`` (with their children) as an ``application`` document of this language.
-    Lazy values stay lazy (``lazy="true"``): the receiving portal resolves them on its host."""
+    Lazy values stay lazy (``lazy="true"``): the receiving portal resolves them on its host.
+    ``secrets``: the value paths (``web/env/PGPASSWORD``, ``db/password``; a
+    ``Deployment.secrets``) written ``secret="true"``, so that the receiving portal keeps them
+    as secret as this one does (a list's path marks the whole list, as the reader takes it)."""
     root = etree.Element(ns.qname(N, "application"), nsmap={None: N})
     for comp in components:
-        _write_component(root, comp)
+        _write_component(root, comp, "", secrets)
     return root
 
 
-def _write_component(parent: etree._Element, comp: Component) -> None:
+def _write_component(parent: etree._Element, comp: Component, path: str,
+                     secrets: Collection[str]) -> None:
+    here = path + "/" + comp.name if path else comp.name
     el = etree.SubElement(parent, ns.qname(N, "component"), name=comp.name, type=comp.type)
     for name, value in comp.attributes.items():
         if value == {} or value == [] or value is None:
             continue    # the language has no empty map or list: the type's default is that
-        _write_value(etree.SubElement(el, ns.qname(N, "attribute"), name=name), value)
+        _write_value(etree.SubElement(el, ns.qname(N, "attribute"), name=name), value,
+                     here + "/" + name, secrets)
     for child in comp.children:
-        _write_component(el, child)
+        _write_component(el, child, here, secrets)
 
 
-def _write_value(el: etree._Element, value: Value) -> None:
+def _write_value(el: etree._Element, value: Value, path: str, secrets: Collection[str]) -> None:
+    if path in secrets:
+        el.set("secret", "true")
     if isinstance(value, Lazy):
         if value.kind == "ref":
             etree.SubElement(el, ns.qname(N, "ref"), path=value.target, lazy="true")
@@ -291,10 +301,11 @@ def _write_value(el: etree._Element, value: Value) -> None:
                 ref.set("type", "integer")
     elif isinstance(value, dict):
         for key, item in value.items():
-            _write_value(etree.SubElement(el, ns.qname(N, "item"), name=str(key)), item)
+            _write_value(etree.SubElement(el, ns.qname(N, "item"), name=str(key)), item,
+                         path + "/" + str(key), secrets)
     elif isinstance(value, list):
         for item in value:
-            _write_value(etree.SubElement(el, ns.qname(N, "item")), item)
+            _write_value(etree.SubElement(el, ns.qname(N, "item")), item, path, ())
     elif isinstance(value, bool):
         el.text = "true" if value else "false"
     elif value is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from lxml import etree
 
 from cddlm import ns
 from cddlm.application import descriptors
@@ -10,6 +11,7 @@ from cddlm.application.secrets import HIDDEN, redact, redact_descriptor
 from cddlm.config import Limits
 from cddlm.errors import DescriptorError, ResolutionError
 from cddlm.lang import hot_yaml
+from cddlm.lang import native as native_language
 from tests.lang.helpers import CDL_HEAD, LIBRARY_IMPORT, quickly, resolve_cdl, resolve_hot
 
 HOT = """heat_template_version: 2015-04-30
@@ -70,6 +72,22 @@ def test_native_and_cdl_secret_markers_and_copies():
     assert dep.secret_properties == {"pw"}
 
 
+def test_a_share_for_a_host_portal_keeps_the_secrets_of_every_language():
+    # a front portal writes each host's share in the native language, whatever the descriptor's
+    cdl = CDL_HEAD + LIBRARY_IMPORT + (
+        '<cdl:system><db cdl:extends="cmp:process"><argv><item>sleep</item></argv>'
+        '<env><PW cmp:secret="true">cdl-secret</PW><OPEN>o</OPEN></env></db>'
+        '<web cdl:extends="cmp:process"><argv cmp:secret="true"><item>arg-secret</item></argv>'
+        '<env><COPY cdl:ref="/db/env/PW"/></env></web></cdl:system></cdl:cdl>')
+    for dep, values in ((resolve_hot(HOT, properties={"pw": "s3cret"}).deployment, {"s3cret"}),
+                        (resolve_cdl(cdl, check=True).deployment, {"cdl-secret", "arg-secret"})):
+        share = etree.tostring(native_language.to_xml(dep.components, dep.secrets), encoding="unicode")
+        again = descriptors.resolve(share, ns.NATIVE).deployment
+        assert again.secrets == dep.secrets and dep.secrets
+        assert values <= again.secret_strings()
+        assert not any(v in redact_descriptor(ns.NATIVE, share) for v in values)
+
+
 def test_descriptor_text_is_shown_with_its_literal_secrets_masked():
     text = native('<component name="w" type="process"><attribute name="env">'
                   '<item name="K" secret="true">literal-secret</item></attribute></component>')
@@ -78,6 +96,16 @@ def test_descriptor_text_is_shown_with_its_literal_secrets_masked():
     hot = "heat_template_version: 2015-04-30\nparameters:\n  pw: {type: string, hidden: true, default: hunter2}\n"
     assert "hunter2" not in redact_descriptor(ns.HOT, hot)
     assert redact_descriptor(ns.HOT, "heat_template_version: x\n") == "heat_template_version: x\n"
+
+
+def test_every_secret_of_a_descriptor_text_is_masked_after_a_secret_list():
+    # masking the list (its items removed) ended the walk there: the secrets after it were shown
+    text = native('<component name="w" type="process">'
+                  '<attribute name="argv" secret="true"><item>run</item><item>list-secret</item></attribute>'
+                  '<attribute name="env"><item name="K" secret="true">item-secret</item>'
+                  '<item name="P">plain</item></attribute></component>')
+    shown = redact_descriptor(ns.NATIVE, text)
+    assert "list-secret" not in shown and "item-secret" not in shown and "plain" in shown
 
 
 def test_merge_keys_are_merged_once_each_and_bounded():

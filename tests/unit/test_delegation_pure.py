@@ -3,7 +3,10 @@ writer (what a front portal sends a host portal parses back to the same componen
 
 from __future__ import annotations
 
+from lxml import etree
+
 from cddlm import ns
+from cddlm.application import secrets
 from cddlm.application.enactment.remote import share, start_groups, token_for
 from cddlm.lang import native, registry
 from cddlm.lang.model import Component, Deployment, Lazy
@@ -52,3 +55,24 @@ def test_the_native_writer_round_trips_values_and_lazy_references():
     assert again.attributes["env"] == {"DB": Lazy("ref", "db/port"), "N": Lazy("property", "n", "3", True)}
     assert again.attributes["optional"] in ("true", True)
     assert "empty" not in again.attributes
+
+
+def test_the_native_writer_marks_every_secret_so_the_reader_keeps_it_secret():
+    # what a front portal keeps secret, as a share carries it: a map item, a whole attribute,
+    # a list (secret as a whole), a lazy property read inside a secret, a value put in the
+    # place of a reference to a secret elsewhere
+    web = Component("web", "process", {
+        "argv": ["run", "--token", "Tk1list"], "cwd": "plain",
+        "env": {"PASS": "Pw1item", "HOME": "/h", "KEY": Lazy("property", "key"), "DB": "Db1copied"}})
+    tree = Deployment([Component("grp", "compound", {}, [web])],
+                      secrets={"grp/web/argv", "grp/web/env/PASS", "grp/web/env/KEY", "grp/web/env/DB"})
+    el = native.to_xml(tree.components, tree.secrets)
+    again = registry.get(ns.NATIVE).resolve(ResolveRequest(el, properties={})).deployment
+    assert again.secrets == tree.secrets
+    assert again.secret_properties == {"key"}
+    assert {"Tk1list", "Pw1item", "Db1copied"} <= again.secret_strings()
+    assert again.find("grp/web").attributes == web.attributes      # the values themselves go
+    shown = secrets.redact_descriptor(ns.NATIVE, etree.tostring(el, encoding="unicode"))
+    assert not any(s in shown for s in ("Tk1list", "Pw1item", "Db1copied")) and "/h" in shown
+    # without the paths (the code before): nothing was marked, the host portal returned it all
+    assert native.to_xml(tree.components).find(".//{%s}item[@secret]" % ns.NATIVE) is None

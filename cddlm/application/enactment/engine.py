@@ -648,15 +648,17 @@ class Engine:
     def _apply(self, app: repo.App, comp: repo.Component, outcome: Outcome,
                now: float) -> dict | None:
         """The new values of a component after a runner's outcome; None if it was stale. Its
-        texts (info, the stderr tail) are masked here, the one place component state is
-        recorded: stateInfo, terminationInfo, the history and the notifications quote them."""
+        texts (info, the stderr tail, what a host portal said of its failure: its reason and
+        its fault) are masked here, the one place component state is recorded: stateInfo,
+        terminationInfo, the history and the notifications quote them."""
         values = self._outcome_values(app, comp, outcome, now)
         if values is not None:
             conceal = secrets.of(self.tree(app))
             if conceal and values.get("info"):
                 values["info"] = conceal(values["info"])
-            if conceal and values["runtime"].get("stderr"):
-                values["runtime"]["stderr"] = conceal(values["runtime"]["stderr"])
+            for text in ("stderr", "remote"):
+                if conceal and values["runtime"].get(text):
+                    values["runtime"][text] = conceal.value(values["runtime"][text])
         return values
 
     def _outcome_values(self, app: repo.App, comp: repo.Component, outcome: Outcome,

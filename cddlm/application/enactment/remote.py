@@ -51,7 +51,7 @@ from cddlm.application.tables import agents, applications, components, delegatio
 from cddlm.config import Settings
 from cddlm.errors import CddlmError, HostUnreachable, RemoteFault, ResolutionError
 from cddlm.lang import native
-from cddlm.lang.model import Component, Deployment, Lazy
+from cddlm.lang.model import Component, Deployment, Lazy, has_lazy
 
 log = logging.getLogger(__name__)
 
@@ -600,17 +600,29 @@ class RemoteRunner:
         comps = share(shape.tree, mine)
         foreign = foreign_refs(comps, mine)
         if foreign:
-            comps = substitute(comps, {t: self._resolve_elsewhere(app_id, shape.placed, t, token)
+            comps = substitute(comps, {t: self._resolve_elsewhere(app_id, shape, t, token)
                                        for t in sorted(foreign)})
-        self.portal().initialize(ref, native.to_xml(comps), token)
+        # every value this portal keeps secret (a literal, a copy of one, a reference to one:
+        # the value put in its place) goes marked secret: the host portal keeps it so too
+        self.portal().initialize(ref, native.to_xml(comps, shape.tree.secrets), token)
 
-    def _resolve_elsewhere(self, app_id: str, placed: dict[str, str | None], target: str,
-                           token: str) -> Any:
-        """A runtime value of a component another host portal runs, through its ``resolve``, or
-        one this portal runs on a host of its own, from its record; ``Later`` while it has none
-        yet (for at most ``FOREIGN_WAIT`` seconds)."""
-        comp_path = target.rpartition("/")[0]
-        where = placed.get(comp_path) or ""
+    def _resolve_elsewhere(self, app_id: str, shape: Shape, target: str, token: str) -> Any:
+        """The value of ``target`` outside the share: an attribute the descriptor gave, from
+        the tree (as a reference between this portal's own components reads it: a secret one
+        too, which its host portal does not return); a runtime value of a component another
+        host portal runs, through its ``resolve``, or of one this portal runs on a host of its
+        own, from its record; ``Later`` while it has none yet (for at most ``FOREIGN_WAIT``
+        seconds)."""
+        comp_path, _, name = target.rpartition("/")
+        node = shape.tree.find(comp_path)
+        given = node.attributes.get(name) if node is not None else None
+        if given is not None and not has_lazy(given):
+            return given
+        if given is not None and shape.tree.is_secret(target):
+            raise ResolutionError("%s is a secret its host resolves itself and returns to nobody: "
+                                  "a component on another host cannot be given it" % target,
+                                  kind="unresolved-reference", path=target)
+        where = shape.placed.get(comp_path) or ""
         peer = self.peers.get(where)
         try:
             if peer is None and where in self.own_hosts and self.own_value is not None:
@@ -729,6 +741,8 @@ class RemoteRunner:
             failed = self._failed("the host portal answered with a fault: %s" % e.message, e.cause)
         except Gone as e:
             failed = self._failed("the host portal no longer knows the sub-application: %s" % e)
+        except ResolutionError as e:    # a value the share needs cannot be had (never will)
+            failed = self._failed(e.message)
         return [(key, failed) for key, _ in members]
 
     def _outcomes(self, row: Any, st: Status, members: list[tuple[Any, str]],
