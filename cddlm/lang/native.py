@@ -212,15 +212,22 @@ class _Reader:
         resolving: set[tuple[int, str]] = set()
 
         def value_at(target: str, line: int) -> Value:
-            comp_path, _, attr = target.rpartition("/")
-            comp = dep.find(comp_path) if comp_path else None
-            if comp is None or attr not in comp.attributes:
+            try:
+                at = dep.split_target(target)
+            except ResolutionError:
+                at = None
+            comp = dep.find(at.component) if at is not None else None
+            if comp is None or at.name not in comp.attributes:
                 raise ResolutionError("reference %s names nothing" % target, kind="dangling-reference",
                                       path=target, line=line)
-            key = (id(comp), attr)
+            key = (id(comp), at.name)
             if key in pending:
                 settle(key)
-            return comp.attributes[attr]
+            try:
+                return at.select(comp.attributes[at.name])     # (a key of it: w/env/KEY)
+            except ResolutionError as e:
+                e.line = line
+                raise
 
         def settle(key: tuple[int, str]) -> None:
             comp, attr, target, line = pending[key]
