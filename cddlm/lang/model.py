@@ -103,8 +103,8 @@ def _has(value: Value, key: str) -> str:
         shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
         return "has no key %s (keys: %s)" % (key, shown or "none")
     if isinstance(value, list):
-        return "is a list of %d items: it has no item %s (its items are numbered from 0)" % (
-            len(value), key)
+        return "is a list of %d item%s: it has no item %s (its items are numbered from 0)" % (
+            len(value), "" if len(value) == 1 else "s", key)
     return "is a single value, not a map or a list: it has no key %s" % key
 
 

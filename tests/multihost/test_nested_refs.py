@@ -28,7 +28,8 @@ def ref(target: str) -> str:
     return '<ref path="%s" lazy="true"/>' % target
 
 
-# the first stage (db on h1, cfg on f1) runs before the second, which reads their values
+# the first stage (db on h1, cfg on f1: each listens on a port) runs before the second, which
+# reads their values
 NESTED = ('<application xmlns="urn:cddlm:lang:components:1"><component name="app" type="sequence">'
           '<component name="first" type="compound">%s%s</component>'
           '<component name="second" type="compound">%s%s%s</component>'
@@ -36,13 +37,15 @@ NESTED = ('<application xmlns="urn:cddlm:lang:components:1"><component name="app
     process("db", "h1", {"KEY": "db-key",
                          "ONLY_ON_H1": '<property name="db.where" lazy="true" default="told-on-h1"/>'},
             "python3 -m http.server 0 --bind 127.0.0.1"),
-    process("cfg", "f1", {"KEY": "f1-key", "PASS": SECRET}, "sleep 601").replace(
+    process("cfg", "f1", {"KEY": "f1-key", "PASS": SECRET},
+            "python3 -m http.server 0 --bind 127.0.0.1").replace(
         '<item name="PASS">', '<item name="PASS" secret="true">'),
     process("mate", "h1", {"KEY": "mate-key"}),
     process("peer", "h1", {"FROM_F1": ref("app/first/cfg/env/KEY"), "FIRST": ref("app/first/cfg/argv/0"),
                            "FROM_MATE": ref("app/second/mate/env/KEY"),
                            "FROM_DB": ref("app/first/db/env/ONLY_ON_H1"),
-                           "PASS": ref("app/first/cfg/env/PASS")}),
+                           "PASS": ref("app/first/cfg/env/PASS"),
+                           "F1_PORT": ref("app/first/cfg/ports/0")}),
     process("reader", "f1", {"FROM_H1": ref("app/first/db/env/KEY"),
                              "ONLY_ON_H1": ref("app/first/db/env/ONLY_ON_H1"),
                              "PORT": ref("app/first/db/ports/0")}))
@@ -63,7 +66,9 @@ def test_nested_references_cross_hosts_both_ways(cluster):  # noqa: F811
         # (left lazy in the share: h1 resolved it) and a value only h1 knows
         got = environ(peer["pid"])
         assert (got[b"FROM_F1"], got[b"FIRST"], got[b"FROM_MATE"], got[b"FROM_DB"], got[b"PASS"]) \
-            == (b"f1-key", b"sleep", b"mate-key", b"told-on-h1", SECRET.encode())
+            == (b"f1-key", b"python3", b"mate-key", b"told-on-h1", SECRET.encode())
+        # and a part of a runtime value the front keeps (its own host's process's ports)
+        assert got[b"F1_PORT"].decode() in app.resolve("app/first/cfg/ports")
         # f1's component got h1's literal, a value h1's portal resolved, and a runtime value's part
         reader = environ(comps["app/second/reader"]["pid"])
         assert reader[b"FROM_H1"] == b"db-key" and reader[b"ONLY_ON_H1"] == b"told-on-h1"

@@ -132,3 +132,56 @@ def test_a_lazy_reference_to_a_nested_secret_is_a_secret():
                        '<item name="O"><ref path="w/env/OTHER" lazy="true"/></item></attribute></component>')
     assert d.is_secret("x/env/P") and not d.is_secret("x/env/O")
     assert d.is_secret("w/env/KEY") and not d.is_secret("w/env/OTHER")
+
+
+# -- as a component's host reads them (HostValues, with no store: the rows are given) ----------
+def host_values(env: dict, rows: dict | None = None):
+    from types import SimpleNamespace
+
+    from cddlm.application.enactment.values import HostValues
+    t = Deployment([Component("x", "process", {"argv": ["sleep", "9"], "env": env}),
+                    Component("w", "process", {"argv": ["sleep", "9"]})])
+    app = SimpleNamespace(id="urn:uuid:0", name="a", properties={})
+    return HostValues(app, t, rows or {}, "localhost", "x", lambda path: "/nowhere")
+
+
+def test_a_nested_reference_resolves_only_the_part_it_names():
+    # B's reference is waited for only by who reads B; A reads a sibling, and a chain of them
+    hv = host_values({"A": Lazy("ref", "x/env/C"), "B": Lazy("ref", "w/pid"), "C": "c",
+                      "D": Lazy("ref", "x/env/A")})
+    assert hv.reference("x/env/A") == hv.reference("x/env/D") == "c"
+    with pytest.raises(ResolutionError) as e:
+        hv.reference("x/env/B")
+    assert e.value.kind == "unresolved-reference" and "w/pid has no value yet" in e.value.message
+    with pytest.raises(ResolutionError) as e:
+        hv.reference("x/env")                  # the whole map needs B too
+    assert e.value.kind == "unresolved-reference"
+
+
+def test_a_nested_reference_loop_and_a_missing_key_are_clear_errors():
+    hv = host_values({"A": Lazy("ref", "x/env/B"), "B": Lazy("ref", "x/env/A"),
+                      "S": Lazy("ref", "x/env")})
+    with pytest.raises(ResolutionError) as e:
+        hv.reference("x/env/A")
+    assert e.value.kind == "reference-loop"
+    with pytest.raises(ResolutionError) as e:
+        hv.reference("x/env/S")               # a part of the map that holds it
+    assert e.value.kind == "reference-loop"
+    with pytest.raises(ResolutionError) as e:
+        hv.reference("x/env/NOPE")
+    assert e.value.kind == "dangling-reference"
+    assert e.value.message == "x/env/NOPE does not exist: x/env has no key NOPE (keys: A, B, S)"
+    with pytest.raises(ResolutionError) as e:
+        hv.reference("nope/env/A")
+    assert e.value.kind == "dangling-reference" and "names no component" in e.value.message
+
+
+def test_a_part_of_a_runtime_value_not_there_yet_is_waited_for():
+    from types import SimpleNamespace
+    row = SimpleNamespace(host="", runtime={"ports": [8080]}, pid=None, pid_start=None)
+    hv = host_values({}, {"w": row})
+    assert hv.reference("w/ports/0") == 8080
+    with pytest.raises(ResolutionError) as e:
+        hv.reference("w/ports/1")              # a second port, not open yet: asked again
+    assert e.value.kind == "unresolved-reference"
+    assert "w/ports is a list of 1 item: it has no item 1" in e.value.message
