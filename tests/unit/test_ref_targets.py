@@ -185,3 +185,25 @@ def test_a_part_of_a_runtime_value_not_there_yet_is_waited_for():
         hv.reference("w/ports/1")              # a second port, not open yet: asked again
     assert e.value.kind == "unresolved-reference"
     assert "w/ports is a list of 1 item: it has no item 1" in e.value.message
+
+
+def test_an_eager_reference_in_an_item_fills_that_item_only():
+    d = resolve_native(W + reader("x", "env", '<item name="A">a</item><item name="GOT"><ref path="w/env/KEY"/>'
+                                  '</item><item name="O"><ref path="w/env/OTHER"/></item>')
+                       + reader("y", "traits", '<item>t</item><item><ref path="w/argv/1"/></item>')
+                       + reader("z", "env", '<item name="ALL"><ref path="x/env/O"/></item>'))
+    assert d.find("x").attributes["env"] == {"A": "a", "GOT": "s3cret", "O": "plain"}
+    assert d.find("y").attributes["traits"] == ["t", "9"]
+    assert d.find("z").attributes["env"] == {"ALL": "plain"}      # a chain through an item
+    # the copy of a secret is secret where it stands (the item), and only there
+    assert d.is_secret("x/env/GOT") and not d.is_secret("x/env/O") and not d.is_secret("x/env/A")
+
+
+def test_an_eager_reference_to_the_map_that_holds_it_is_a_loop():
+    with pytest.raises(ResolutionError) as e:
+        resolve_native(W + reader("x", "env", '<item name="A">a</item><item name="ME"><ref path="x/env"/></item>'))
+    assert e.value.kind == "reference-loop"
+    # a sibling of the same map is no loop
+    d = resolve_native(W + reader("x", "env", '<item name="A"><ref path="x/env/B"/></item>'
+                                  '<item name="B"><ref path="w/env/OTHER"/></item>'))
+    assert d.find("x").attributes["env"] == {"A": "plain", "B": "plain"}
