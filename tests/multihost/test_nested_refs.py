@@ -7,8 +7,11 @@ test_references.py: the host portal h1 and the front's own host f1."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from cddlm.application.enactment.remote import FOREIGN_WAIT
 from cddlm.client import PortalFault
 from tests.multihost.test_delegation import environ, host_portal_client
 from tests.multihost.test_references import cluster, deployed  # noqa: F401 (the fixture)
@@ -91,14 +94,28 @@ def test_nested_references_cross_hosts_both_ways(cluster):  # noqa: F811
         app.wait_for("terminated", timeout=60)
 
 
-def test_a_reference_to_a_missing_key_on_another_host_fails_the_component_saying_which(cluster):  # noqa: F811
-    text = NESTED.replace("app/first/cfg/env/KEY", "app/first/cfg/env/NOPE")
+@pytest.mark.parametrize("target, says", [
+    # a key a value the descriptor gave does not have: the front sees it in the tree
+    ("app/first/cfg/env/NOPE", "app/first/cfg/env has no key NOPE (keys: KEY, PASS, WHERE)"),
+    # a key of a value known only on f1 (a lazy property): the front's own record says it
+    # never will be, at once (not after waiting for it as for a value still to come)
+    ("app/first/cfg/env/WHERE/deeper", "app/first/cfg/env/WHERE is a single value"),
+])
+def test_a_reference_to_a_missing_key_on_another_host_fails_the_component_saying_which(
+        cluster, target, says):  # noqa: F811
+    text = NESTED.replace("app/first/cfg/env/KEY", target).replace(
+        '<item name="KEY">f1-key</item>',
+        '<item name="KEY">f1-key</item><item name="WHERE"><property name="cfg.where" lazy="true" '
+        'default="on-f1"/></item>')
     app = deployed(cluster, text)
     try:
+        started = time.monotonic()
         assert app.wait_for("running", timeout=90) == "failed", app.ping()
+        assert time.monotonic() - started < FOREIGN_WAIT
         peer = {c["path"]: c for c in app.components()}["app/second/peer"]
         assert peer["state"] == "failed"
-        assert "app/first/cfg/env has no key NOPE (keys: KEY, PASS)" in peer["info"], peer
+        assert says in peer["info"], peer
+        assert "has no value after" not in peer["info"], peer
     finally:
         app.terminate()
         app.wait_for("terminated", timeout=60)

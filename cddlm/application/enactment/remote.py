@@ -650,6 +650,10 @@ class RemoteRunner:
                     raise RemoteFault("%s is not delegated yet" % comp_path)
                 value = peer.portal().resolve(Ref(row.address, row.resource_id or ""), target)
         except (CddlmError, AgentUnreachable, Gone) as e:
+            if isinstance(e, ResolutionError) and e.kind in ("dangling-reference", "reference-loop"):
+                # this portal's own record says it never will be (a key not there, a loop)
+                self._waiting.pop(token, None)
+                raise
             since = self._waiting.setdefault(token, time.monotonic())
             if time.monotonic() - since > FOREIGN_WAIT:
                 raise RemoteFault("%s has no value after %.0f s: %s" % (target, FOREIGN_WAIT, e)) from None
