@@ -607,7 +607,8 @@ class Service:
             return SubApplication(runtime["subApplication"], runtime.get("subApplicationId") or "")
         host_of = lambda p: (rows[p].host if p in rows else "") or ""
         workdir = lambda p: rows[p].workdir if p in rows and rows[p].workdir else ""
-        comp_path = path if node is not None else path.rpartition("/")[0]
+        # a value's component: ``web`` of ``web/port`` and of ``web/env/PGPASSWORD``
+        comp_path = path if node is not None else tree.split_target(path).component
         there = self._runner(host_of(comp_path))
         if hasattr(there, "value") and comp_path in rows and rows[comp_path].type not in states.CONTAINERS:
             # a host portal runs it: its values (pid, ports, any runtime value) are that

@@ -12,7 +12,7 @@ value resolved on the host at deployment: ``Lazy("property", name, default)``, a
 
 Functions: ``get_param`` (with a path into json and list values), ``get_resource`` (the
 component path of a resource), ``get_attr`` (a runtime value or attribute of a component,
-resolved on the host: ``Lazy("ref", "path/attr")``), ``str_replace`` and ``list_join``.
+resolved on the host: ``Lazy("ref", "path/attr/key...")``), ``str_replace`` and ``list_join``.
 """
 
 from __future__ import annotations

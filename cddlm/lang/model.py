@@ -6,7 +6,10 @@ from the component library, attribute values and children), plus the placement `
 or ``Lazy`` markers that are resolved on the host that runs the component, at deployment.
 
 Paths: a component is addressed by the names from a root, joined by ``/`` (``site/web``);
-an attribute or runtime value by the component path plus its name (``site/web/port``).
+an attribute or runtime value by the component path plus its name (``site/web/port``), and a
+part of one by the keys that select it after that (``site/web/env/PGPASSWORD``: the key
+``PGPASSWORD`` of the map ``env``; ``site/web/argv/0``: the list ``argv``'s first item).
+``Deployment.split_target`` is the one rule that reads a reference's target so.
 
 Secrets: ``Deployment.secrets`` holds the paths of values a descriptor marks secret (an
 attribute, ``web/argv``, or one entry of a map, ``web/env/PGPASSWORD``), and
@@ -21,9 +24,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Union
 
 from cddlm.config import Limits
+from cddlm.errors import ResolutionError
 
 if TYPE_CHECKING:  # pragma: no cover
     from lxml import etree
@@ -55,6 +59,53 @@ class Lazy:
 
 
 Value = Union[str, int, float, bool, list, dict, Lazy, None]
+
+
+class RefTarget(NamedTuple):
+    """Where a reference's target points (``Deployment.split_target``): the ``component`` at
+    its path, its attribute or runtime value ``name``, and the ``keys`` selecting a part of
+    that value (a map's key; a list's index, counted from 0), outermost first."""
+
+    target: str
+    component: str
+    name: str
+    keys: tuple[str, ...] = ()
+
+    def select(self, value: Value, resolve: Callable[[Lazy], Value] | None = None,
+               kind: str = "dangling-reference") -> Value:
+        """The part of ``value`` (the value named) that ``keys`` select. A lazy value met on the
+        way is resolved by ``resolve`` first (None: it cannot be selected into yet). A key that
+        is not there is a ``ResolutionError`` of ``kind`` that says what is there."""
+        where = self.component + "/" + self.name
+        for key in self.keys:
+            if isinstance(value, Lazy):
+                if resolve is None:
+                    raise ResolutionError("%s cannot be selected yet: %s is only known on its host "
+                                          "at deployment (make the reference lazy)" % (self.target, where),
+                                          kind="lazy-value", path=self.target)
+                value = resolve(value)
+            if isinstance(value, dict) and key in value:
+                value = value[key]
+            elif isinstance(value, list) and key.isascii() and key.isdigit() and int(key) < len(value):
+                value = value[int(key)]
+            else:
+                raise ResolutionError("%s does not exist: %s %s" % (self.target, where, _has(value, key)),
+                                      kind=kind, path=self.target)
+            where += "/" + key
+        return value
+
+
+def _has(value: Value, key: str) -> str:
+    """What a value that has no ``key`` has instead, for a message (names and sizes, never a
+    value: it may be a secret)."""
+    if isinstance(value, dict):
+        names = sorted(str(k) for k in value)
+        shown = ", ".join(names[:20]) + (", ..." if len(names) > 20 else "")
+        return "has no key %s (keys: %s)" % (key, shown or "none")
+    if isinstance(value, list):
+        return "is a list of %d item%s: it has no item %s (its items are numbered from 0)" % (
+            len(value), "" if len(value) == 1 else "s", key)
+    return "is a single value, not a map or a list: it has no key %s" % key
 
 
 @dataclass
@@ -162,6 +213,25 @@ class Deployment:
             level = found.children
         return found
 
+    def split_target(self, target: str) -> RefTarget:
+        """A reference's target read against this tree: the component is the longest leading
+        run of its segments that names a component (leaving at least one), the next segment
+        the attribute or runtime value, the rest the keys selecting into that value
+        (``w/env/PGPASSWORD``: component ``w``, value ``env``, keys ``PGPASSWORD``).
+        ``ResolutionError`` when no leading segment names a component."""
+        parts = [p for p in target.strip("/").split("/") if p]
+        level, cut = self.components, 0
+        for part in parts[:-1]:
+            found = next((c for c in level if c.name == part), None)
+            if found is None:
+                break
+            cut += 1
+            level = found.children
+        if not cut:
+            raise ResolutionError("%s names no component" % target, kind="dangling-reference",
+                                  path=target)
+        return RefTarget(target, "/".join(parts[:cut]), parts[cut], tuple(parts[cut + 1:]))
+
     def count(self) -> int:
         return sum(1 for _ in self.walk())
 
@@ -262,7 +332,6 @@ raise ``ResolutionError`` when it cannot be read or is not allowed."""
 
 
 def no_loader(location: str) -> bytes:
-    from cddlm.errors import ResolutionError
     raise ResolutionError("imports are not available here: %s" % location, kind="import")
 
 

@@ -21,6 +21,7 @@ Policies take their parameters as attributes; list parameters (``between``, ``gr
 
 from __future__ import annotations
 
+import copy
 from typing import Collection
 
 from lxml import etree
@@ -106,7 +107,8 @@ class _Reader:
     def __init__(self, request: ResolveRequest, secret_properties: set[str]):
         self.properties = request.properties
         self.used: set[str] = set()
-        self.eager_refs: list[tuple[Component, str, str, int]] = []  # comp, attr, path, line
+        # comp, attr, slot (the keys of an item within the attribute), path, line
+        self.eager_refs: list[tuple[Component, str, tuple[str, ...], str, int]] = []
         self.secrets: set[str] = set()              # value paths marked secret
         self.secret_properties = secret_properties  # properties read inside them
         self.secret_values = request.secret_values  # their values, and the literal secrets
@@ -138,9 +140,10 @@ class _Reader:
         return comp
 
     def value(self, el: etree._Element, comp: Component, attr: str, where: str = "",
-              secret: bool = False) -> Value:
+              secret: bool = False, slot: tuple[str, ...] = ()) -> Value:
         """The value of an ``attribute`` or ``item`` at ``where`` (``web/env``, ``web/env/KEY``);
-        ``secret``: inside a value marked secret."""
+        ``secret``: inside a value marked secret; ``slot``: the item's keys within the
+        attribute (a map's key, a list's index: ``("KEY",)``)."""
         kids = [c for c in el if isinstance(c.tag, str)]
         if not kids:
             if secret and el.text:
@@ -153,7 +156,7 @@ class _Reader:
             if _local(kids[0]) == "property" and where \
                     and (kids[0].get("name") or "").strip() in self.secret_properties:
                 self.secrets.add(where)     # a secret property, wherever it is used
-            return self.reference(kids[0], comp, attr)
+            return self.reference(kids[0], comp, attr, slot)
         if any(_local(k) != "item" for k in kids):
             raise _unexpected(next(k for k in kids if _local(k) != "item"))
         named = [k.get("name") is not None for k in kids]
@@ -166,23 +169,26 @@ class _Reader:
                 key = where + "/" + k.get("name")
                 if _secret(k) and where:
                     self.secrets.add(key)
-                out[k.get("name")] = self.value(k, comp, attr, key, secret or _secret(k))
+                out[k.get("name")] = self.value(k, comp, attr, key, secret or _secret(k),
+                                                  slot + (k.get("name"),))
             return out
         if any(named):
             raise DescriptorError("either every item has a name (a map) or none (a list)",
                                   kind="mixed-value", line=el.sourceline)
         if where and any(_secret(k) for k in kids):
             self.secrets.add(where)         # a list is secret as a whole
-        return [self.value(k, comp, attr, where, secret or _secret(k)) for k in kids]
+        return [self.value(k, comp, attr, where, secret or _secret(k), slot + (str(i),))
+                for i, k in enumerate(kids)]
 
-    def reference(self, el: etree._Element, comp: Component, attr: str) -> Value:
+    def reference(self, el: etree._Element, comp: Component, attr: str,
+                  slot: tuple[str, ...] = ()) -> Value:
         lazy = (el.get("lazy") or "false").strip().lower() in ("true", "1")
         integer = (el.get("type") or "string").strip() == "integer"
         if _local(el) == "ref":
             target = _required(el, "path").strip("/")
             if lazy:
                 return Lazy("ref", target)
-            self.eager_refs.append((comp, attr, target, el.sourceline or 0))
+            self.eager_refs.append((comp, attr, slot, target, el.sourceline or 0))
             return None
         name = _required(el, "name")
         default = el.get("default")
@@ -207,33 +213,48 @@ class _Reader:
         return raw
 
     def resolve_refs(self, dep: Deployment) -> None:
-        """Copy eagerly referenced attribute values; chains resolve in any order, loops fail."""
-        pending = {(id(c), a): (c, a, t, line) for c, a, t, line in self.eager_refs}
-        resolving: set[tuple[int, str]] = set()
+        """Copy eagerly referenced values into the attributes (or items of them) that refer to
+        them; chains resolve in any order, loops fail."""
+        pending = {(id(c), a, slot): (c, a, slot, t, line) for c, a, slot, t, line in self.eager_refs}
+        inside: dict[tuple[int, str], set[tuple[str, ...]]] = {}   # (comp, attr) -> their slots
+        for key in pending:
+            inside.setdefault(key[:2], set()).add(key[2])
+        resolving: set[tuple] = set()
 
         def value_at(target: str, line: int) -> Value:
-            comp_path, _, attr = target.rpartition("/")
-            comp = dep.find(comp_path) if comp_path else None
-            if comp is None or attr not in comp.attributes:
+            try:
+                at = dep.split_target(target)
+            except ResolutionError:
+                at = None
+            comp = dep.find(at.component) if at is not None else None
+            if comp is None or at.name not in comp.attributes:
                 raise ResolutionError("reference %s names nothing" % target, kind="dangling-reference",
                                       path=target, line=line)
-            key = (id(comp), attr)
-            if key in pending:
-                settle(key)
-            return comp.attributes[attr]
+            # the references within the part named, or holding it, are copied first
+            n = len(at.keys)
+            for slot in sorted(inside.get((id(comp), at.name), ())):
+                if (slot[:n] == at.keys or at.keys[:len(slot)] == slot) \
+                        and (id(comp), at.name, slot) in pending:
+                    settle((id(comp), at.name, slot))
+            try:
+                return copy.deepcopy(at.select(comp.attributes[at.name]))     # (w/env/KEY: a key)
+            except ResolutionError as e:
+                e.line = line
+                raise
 
-        def settle(key: tuple[int, str]) -> None:
-            comp, attr, target, line = pending[key]
+        def settle(key: tuple) -> None:
+            comp, attr, slot, target, line = pending[key]
             if key in resolving:
                 raise ResolutionError("reference loop through %s" % target, kind="reference-loop",
                                       path=target, line=line)
             resolving.add(key)
-            comp.attributes[attr] = value_at(target, line)
+            where = _place(comp.attributes, attr, slot, value_at(target, line))
             if any(s == target or s.startswith(target + "/") or target.startswith(s + "/")
                    for s in self.secrets):      # a copy of a secret is one
-                self.secrets.add(self.path_of(dep, comp) + "/" + attr)
+                self.secrets.add("/".join([self.path_of(dep, comp), attr] + where))
             resolving.discard(key)
             del pending[key]
+            inside[key[:2]].discard(slot)
 
         while pending:
             settle(next(iter(pending)))
@@ -259,6 +280,26 @@ class _Reader:
 
 
 LANGUAGE = _Native()
+
+
+def _place(attributes: dict, attr: str, slot: tuple[str, ...], value: Value) -> list[str]:
+    """Put ``value`` at ``slot`` within the attribute ``attr`` (the attribute itself when
+    ``slot`` is empty); returns the keys of the map items on the way, up to any list: what a
+    secret path names (a list is secret as a whole)."""
+    if not slot:
+        attributes[attr] = value
+        return []
+    holder, keys, in_list = attributes[attr], [], False
+    for step, key in enumerate(slot):
+        in_list = in_list or isinstance(holder, list)
+        if not in_list:
+            keys.append(key)
+        index = int(key) if isinstance(holder, list) else key
+        if step == len(slot) - 1:
+            holder[index] = value
+        else:
+            holder = holder[index]
+    return keys
 
 
 # -- writing: a component tree as a native document (what a front portal sends a host portal) --

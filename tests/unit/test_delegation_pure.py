@@ -7,7 +7,7 @@ from lxml import etree
 
 from cddlm import ns
 from cddlm.application import secrets
-from cddlm.application.enactment.remote import share, start_groups, token_for
+from cddlm.application.enactment.remote import foreign_refs, share, start_groups, token_for
 from cddlm.lang import native, registry
 from cddlm.lang.model import Component, Deployment, Lazy
 from cddlm.lang.registry import ResolveRequest
@@ -42,6 +42,19 @@ def test_a_share_keeps_paths_and_drops_the_host_pin():
     assert [p for p, _ in part.walk()] == ["steps", "steps/mid", "steps/mid/b2", "free"]
     assert part.find("steps").type == "compound"       # the order is the front's business
     assert "host" not in part.find("free").attributes
+
+
+def test_a_reference_into_a_nested_value_is_foreign_by_its_component_only():
+    # w/env/X is a value of w: lazy for the host portal whose share holds w, else the front's
+    refs = {"OWN": Lazy("ref", "s/w/env/X"), "OWN_ITEM": Lazy("ref", "s/w/argv/0"),
+            "OTHER": Lazy("ref", "s/v/env/X"), "PLAIN": Lazy("ref", "s/v/pid"),
+            "NONE": Lazy("ref", "nope/env/X"), "PROP": Lazy("property", "s/v/env/X")}
+    tree = Deployment([Component("s", "compound", {}, [
+        Component("w", "process", {"argv": ["sleep", "9"], "env": {"X": "1"}}),
+        Component("v", "process", {"argv": ["sleep", "9"], "env": {"X": "2"}}),
+        Component("u", "process", {"argv": ["sleep", "9"], "env": refs})])])
+    mine = {"s/w", "s/u"}
+    assert foreign_refs(tree, share(tree, mine), mine) == {"s/v/env/X", "s/v/pid", "nope/env/X"}
 
 
 def test_the_native_writer_round_trips_values_and_lazy_references():

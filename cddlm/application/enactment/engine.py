@@ -252,12 +252,17 @@ class Engine:
         return ask
 
     def own_value(self, app_id: str, target: str):
-        """A runtime value (``COMPONENT/NAME``) of a component this portal enacts on a host of
-        its own, as a reference of one of its components would read it (``ResolutionError``
-        while there is none yet): what a share sent to a host portal carries in its place."""
+        """A runtime value (``COMPONENT/NAME``, or a part of one: ``COMPONENT/NAME/KEY``) of a
+        component this portal enacts on a host of its own, as a reference of one of its
+        components would read it (``ResolutionError`` while there is none yet): what a share
+        sent to a host portal carries in its place."""
         with self.store.read() as conn:
             app = repo.get_app(conn, app_id)
-            comp = repo.get_component(conn, app_id, target.rpartition("/")[0]) if app else None
+        comp = None
+        if app is not None:
+            comp_path = self.tree(app).split_target(target).component
+            with self.store.read() as conn:
+                comp = repo.get_component(conn, app_id, comp_path)
         if app is None or comp is None:
             raise ResolutionError("%s names no component" % target, kind="dangling-reference",
                                   path=target)

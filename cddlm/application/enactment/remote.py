@@ -168,14 +168,21 @@ def share(tree: Deployment, paths: set[str]) -> list[Component]:
     return [c for c in (cut(r, r.name) for r in tree.components) if c]
 
 
-def foreign_refs(comps: list[Component], mine: set[str]) -> set[str]:
-    """Lazy references in ``comps`` to components outside ``mine`` (on another host, or in
-    another start group): the front portal resolves them before it sends the share."""
+def foreign_refs(tree: Deployment, comps: list[Component], mine: set[str]) -> set[str]:
+    """Lazy references in ``comps`` (a share of ``tree``) to components outside ``mine`` (on
+    another host, or in another start group), or to none: the front portal resolves them
+    before it sends the share. (``w/env/X`` is a value of ``w``: ``tree`` tells.)"""
     found: set[str] = set()
+
+    def component_of(target: str) -> str | None:
+        try:
+            return tree.split_target(target).component
+        except ResolutionError:
+            return None
 
     def visit(value: Any) -> None:
         if isinstance(value, Lazy):
-            if value.kind == "ref" and value.target.rpartition("/")[0] not in mine:
+            if value.kind == "ref" and component_of(value.target) not in mine:
                 found.add(value.target)
         elif isinstance(value, dict):
             for v in value.values():
@@ -588,7 +595,7 @@ class RemoteRunner:
         if len(self._foreigns) > 4096:
             self._foreigns.clear()
         mine = self._mine(shape, group)
-        found = foreign_refs(share(shape.tree, mine), mine)
+        found = foreign_refs(shape.tree, share(shape.tree, mine), mine)
         self._foreigns[key] = (shape, found)
         return found
 
@@ -598,7 +605,7 @@ class RemoteRunner:
         lazy references to other hosts' components resolved there first (remote resolve)."""
         mine = self._mine(shape, group)
         comps = share(shape.tree, mine)
-        foreign = foreign_refs(comps, mine)
+        foreign = foreign_refs(shape.tree, comps, mine)
         if foreign:
             comps = substitute(comps, {t: self._resolve_elsewhere(app_id, shape, t, token)
                                        for t in sorted(foreign)})
@@ -613,11 +620,17 @@ class RemoteRunner:
         host portal runs, through its ``resolve``, or of one this portal runs on a host of its
         own, from its record; ``Later`` while it has none yet (for at most ``FOREIGN_WAIT``
         seconds)."""
-        comp_path, _, name = target.rpartition("/")
-        node = shape.tree.find(comp_path)
-        given = node.attributes.get(name) if node is not None else None
+        at = shape.tree.split_target(target)
+        comp_path = at.component
+        given = shape.tree.find(comp_path).attributes.get(at.name)
+        try:
+            given = at.select(given) if given is not None else None    # the part named
+        except ResolutionError as e:
+            if e.kind != "lazy-value":
+                raise       # a key the value given does not have: never will
+            # (a lazy value on the way to the part: resolved where it runs)
         if given is not None and not has_lazy(given):
-            return given
+            return given    # a value the descriptor gave
         if given is not None and shape.tree.is_secret(target):
             raise ResolutionError("%s is a secret its host resolves itself and returns to nobody: "
                                   "a component on another host cannot be given it" % target,
@@ -637,6 +650,10 @@ class RemoteRunner:
                     raise RemoteFault("%s is not delegated yet" % comp_path)
                 value = peer.portal().resolve(Ref(row.address, row.resource_id or ""), target)
         except (CddlmError, AgentUnreachable, Gone) as e:
+            if isinstance(e, ResolutionError) and e.kind in ("dangling-reference", "reference-loop"):
+                # this portal's own record says it never will be (a key not there, a loop)
+                self._waiting.pop(token, None)
+                raise
             since = self._waiting.setdefault(token, time.monotonic())
             if time.monotonic() - since > FOREIGN_WAIT:
                 raise RemoteFault("%s has no value after %.0f s: %s" % (target, FOREIGN_WAIT, e)) from None

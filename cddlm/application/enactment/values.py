@@ -74,16 +74,18 @@ class HostValues:
         return row.runtime.get(name)
 
     def reference(self, target: str, seen: frozenset = frozenset()) -> Any:
+        """The value ``target`` names (``Deployment.split_target``): an attribute, a runtime
+        value, or a part of one (``w/env/PGPASSWORD``)."""
         if target in seen:
             raise ResolutionError("lazy reference loop through %s" % target, kind="reference-loop",
                                   path=target)
-        comp_path, _, name = target.rpartition("/")
-        node = self.tree.find(comp_path) if comp_path else None
-        if node is None:
-            raise ResolutionError("%s names no component" % target, kind="dangling-reference",
-                                  path=target)
+        at = self.tree.split_target(target)
+        comp_path, name = at.component, at.name
+        node = self.tree.find(comp_path)
+        seen = seen | {target}
         if name in node.attributes and node.attributes[name] is not None:
-            return self.value(node.attributes[name], seen | {target})
+            # select in the value as given, resolving only the lazy parts on the way
+            return self.value(at.select(node.attributes[name], lambda v: self.value(v, seen)), seen)
         value = self.runtime(comp_path, name)
         if value is None:
             row = self.rows.get(comp_path)
@@ -97,7 +99,8 @@ class HostValues:
                                       kind="unresolved-reference", path=target)
             raise ResolutionError("%s has no value yet on host %s" % (target, self.host),
                                   kind="unresolved-reference", path=target)
-        return value
+        # a runtime value may still gain the part (a port opened later): asked again
+        return at.select(value, kind="unresolved-reference")
 
     # -- any value -----------------------------------------------------------------------------
     def value(self, v: Any, seen: frozenset = frozenset()) -> Any:
