@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,17 @@ def of_app(slurm: SlurmCluster, app_id: str) -> list[dict]:
     return [j for j in jobs(slurm).values() if ("app=%s " % app_id) in j["comment"]]
 
 
+def job_of(now: dict[int, dict], app, path: str) -> dict:
+    """The component's job (or array task, ``ARRAY_TASK``) in ``jobs(slurm)``, by its value
+    ``job`` (its ``pid`` is the program's on its node)."""
+    ref = app.resolve("%s/job" % path)
+    if "_" not in ref:
+        return now[int(ref)]
+    array, task = (int(x) for x in ref.split("_"))
+    (job,) = [j for j in now.values() if (j["array_job_id"], j["array_task_id"]) == (array, task)]
+    return job
+
+
 def made(slurm: SlurmCluster, app) -> list[int]:
     return [j["job_id"] for j in of_app(slurm, app.id)]
 
@@ -149,7 +161,8 @@ def submitted_as(job: dict, app_id: str, path: str) -> None:
 
 def processes_of(app_id: str) -> list[int]:
     """Processes of this machine (every node shares its PID space) running a component of
-    the application."""
+    the application, or a job's watcher (its environment the job's: an array's watcher has
+    the application's, ``CDDLM_APP_ID``, its component's is exported by the script)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -157,7 +170,8 @@ def processes_of(app_id: str) -> list[int]:
                 environ = open("/proc/%s/environ" % entry, "rb").read()
             except OSError:
                 continue
-            if ("CDDLM_COMPONENT=%s " % app_id).encode() in environ:
+            if ("CDDLM_COMPONENT=%s " % app_id).encode() in environ or \
+                    ("\0CDDLM_APP_ID=%s\0" % app_id).encode() in b"\0" + environ:
                 found.append(int(entry))
     return found
 
@@ -193,7 +207,7 @@ def test_the_cluster_is_the_datacenter_and_slurm_runs_what_the_solver_placed_whe
     assert front.calls("sbatch") - submits == 2     # one per node's share: n1's is an array
     now = jobs(slurm)
     for path, c in placed.items():
-        job = now[c["pid"]]                       # the pid recorded is the job's (task's) id
+        job = job_of(now, app, path)
         assert job["job_state"] == "RUNNING"
         assert job["batch_host"] == c["host"]     # sbatch -w: exactly where the solver said
         submitted_as(job, app.id, path)
@@ -395,14 +409,98 @@ def test_readiness_logs_with_offsets_and_values(slurm, front, tmp_path):
     host = c["web"]["host"]
     assert app.resolve("web/pid") == str(c["web"]["pid"])
     assert app.resolve("web/node") == host
-    assert app.resolve("web/port") == "18555"          # where its readiness found it
+    assert app.resolve("web/port") == "18555"
     assert c["web"]["ports"] == [18555]
-    assert jobs(slurm)[c["web"]["pid"]]["batch_host"] == host
+    assert job_of(jobs(slurm), app, "web")["batch_host"] == host
     first = app.logs("talk")
     assert first["lines"] == ["one"] and first["host"] == c["talk"]["host"]
     go.touch()
     assert wait_until(lambda: app.logs("talk", offset=first["offset"])["lines"] == ["two"], 10)
     finish(app)
+
+
+def watchers_of(app_id: str) -> list[int]:
+    """The job watchers (``procsh.REPORTER``) of the application's components: processes of
+    its components that are their batch script's shell, not their program."""
+    found = []
+    for pid in processes_of(app_id):
+        try:
+            argv = Path("/proc/%d/cmdline" % pid).read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"slurm_script") for a in argv):
+            found.append(pid)
+    return found
+
+
+def test_a_jobs_watcher_reports_its_pid_and_ports_on_its_node_and_ends_with_it(slurm, front):
+    """A Slurm job's program (a job of its own, or an array's task) is seen on its node by the
+    watcher its script starts: ``pid`` is the program's pid there, ``port`` the port it
+    listens on (no readiness names it: port 0, the kernel's choice), in ``cddlm status`` and
+    ``resolve``. What is in the marker is untrusted: junk is ignored. Nothing of the watcher
+    outlives the job, or writes in the component's logs."""
+    serve = ("python3", "-u", "-m", "http.server", "0")
+    ready = '<item name="log">Serving HTTP</item>'
+    text = application(process("a", *serve, host="n2", readiness=ready),    # n2's share: an array
+                       process("b", *serve, host="n2", readiness=ready),
+                       process("solo", *serve, host="n3", readiness=ready))  # a job of its own
+    app = deploy(front, text)
+    assert "_" in app.resolve("a/job") and "_" not in app.resolve("solo/job")
+    assert wait_until(lambda: all(c["ports"] for c in comps(app).values()), 20), comps(app)
+    for path, c in comps(app).items():
+        line = app.logs(path, "stderr")["lines"] + app.logs(path)["lines"]
+        port = int([w for w in " ".join(line).split() if w.isdigit()][0])   # "... port N (http..."
+        assert c["ports"] == [port] and app.resolve("%s/port" % path) == str(port), (c, line)
+        # listening there indeed: at the node's address, in its namespace
+        address = slurm.host(c["host"]).address
+        with urllib.request.urlopen("http://%s:%d/" % (address, port), timeout=10) as got:
+            assert got.status == 200
+        pid = c["pid"]
+        assert app.resolve("%s/pid" % path) == str(pid)
+        assert b"http.server" in Path("/proc/%d/cmdline" % pid).read_bytes()
+        assert pid != job_of(jobs(slurm), app, path)["job_id"]
+    watchers = watchers_of(app.id)
+    assert len(watchers) == 3, watchers
+    programs = {c["pid"] for c in comps(app).values()}
+    for w in watchers:      # its output goes nowhere near the component's logs
+        assert [os.readlink("/proc/%d/fd/%d" % (w, fd)) for fd in (0, 1, 2)] == ["/dev/null"] * 3
+        parent = int(Path("/proc/%d/stat" % w).read_text().rsplit(")", 1)[1].split()[1])
+        assert parent not in programs       # not a child the program would see (or reap)
+
+    # junk in the marker (the node's, or the program's, writing): ignored, nothing breaks
+    marker = Path(SlurmRunner(Slurm(), str(Path(app.resolve("solo/workdir")).parents[2]), Settings())
+                  ._marker(Target(app.id, "solo", "process", {}, "n3")))
+    job = job_of(jobs(slurm), app, "solo")["job_id"]
+    real = marker.read_bytes()
+    assert real.split()[:2] == [str(job).encode(), str(comps(app)["solo"]["pid"]).encode()]
+    junk = [b"", b"garbage\n", b"%d 1 1F90\n" % (job + 1000), b"%d 99999999 1F90\n" % job,
+            b"%d 12 1F90 zz\n" % job, b"%d 12 " % job + b"1F90 " * 20000, b"\xff\x00" * 50]
+    for bad in junk:
+        marker.write_bytes(bad)
+        c = comps(app)["solo"]
+        assert (c["pid"], c["ports"]) == (None, []), (bad[:40], c)
+        with pytest.raises(Exception, match="no value yet"):
+            app.resolve("solo/pid")
+    marker.unlink()
+    os.mkfifo(marker)           # a reader would block on it: refused, not opened
+    assert comps(app)["solo"]["pid"] is None
+    marker.unlink()
+    marker.write_bytes(real)
+    c = comps(app)["solo"]
+    assert c["pid"] and c["ports"] == [int(app.resolve("solo/port"))]
+
+    started = time.monotonic()
+    finish(app)
+    assert time.monotonic() - started < 10
+    assert wait_until(lambda: not processes_of(app.id), 10), [
+        Path("/proc/%d/cmdline" % p).read_bytes() for p in processes_of(app.id)]
+    # a job whose program ends at once ends at once: its watcher holds nothing
+    once = deploy(front, application(process("once", "sh", "-c", "echo done", run_to_completion="true",
+                                             host="n1")), state="terminated")
+    job = job_of(jobs(slurm), once, "once")
+    assert job["job_state"] == "COMPLETED" and job["end_time"] - job["start_time"] <= 1, job
+    assert once.logs("once")["lines"] == ["done"]
+    assert not processes_of(once.id)
 
 
 def test_run_to_completion_exit_status_and_restart_policy(slurm, front):
@@ -455,7 +553,7 @@ def test_terminate_stops_each_job_with_its_signal_and_grace(slurm, front):
         process("stubborn", "sh", "-c", "trap 'echo ignored TERM' TERM; echo up; %s" % loop,
                 grace="1", readiness='<item name="log">up</item>'))
     app = deploy(front, text)
-    ids = {p: c["pid"] for p, c in comps(app).items()}
+    ids = {p: job_of(jobs(slurm), app, p)["job_id"] for p in comps(app)}
     started = time.monotonic()
     finish(app)
     took = time.monotonic() - started
@@ -482,13 +580,14 @@ def test_a_portal_killed_and_restarted_adopts_every_job_and_submits_none_twice(s
     app = front.portal.lookup(app.id)
     assert app.wait_for("running", "failed", timeout=60) == "running", app.components()
     live = [j for j in of_app(slurm, app.id) if j["job_state"] in LIVE]
-    assert sorted(j["job_id"] for j in live) == sorted(c["pid"] for c in comps(app).values())
+    assert sorted(j["job_id"] for j in live) == sorted(job_of(jobs(slurm), app, p)["job_id"]
+                                                       for p in comps(app))
     assert len(made(slurm, app)) == 4         # one each, never two (a sbatch cut short made none)
     front.lp.stop(signal.SIGKILL)           # and once more while they run
     front.lp = start_portal(front.folder)
     app = front.portal.lookup(app.id)
     assert app.state() == "running"
-    victim = comps(app)["w2"]["pid"]
+    victim = job_of(jobs(slurm), app, "w2")["job_id"]
     # ended outside the portal: the new portal sees it (an array's task is cancelled as
     # ARRAY_TASK, the value "job": Slurm 22.05 says a task's own id is invalid to scancel)
     slurm.run("scancel", app.resolve("w2/job"))
@@ -518,7 +617,7 @@ def test_a_node_set_down_fails_its_components_with_the_nodes_reason(slurm, front
 
 def test_a_partitioned_node_fails_its_components_and_a_terminate_completes_after_it_heals(slurm, front):
     app = deploy(front, application(process("cut", "sleep", "600", host="n2")))
-    job = comps(app)["cut"]["pid"]
+    job = job_of(jobs(slurm), app, "cut")["job_id"]
     slurm.host("n2").partition()
     healed = False
     try:

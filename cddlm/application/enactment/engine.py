@@ -232,8 +232,20 @@ class Engine:
         runner = self.runners.get(comp.host or "")
         workdir = (lambda p: runner.component_dir(app.id, p)) if runner else (lambda p: "")
         return HostValues(app, self.tree(app), rows, comp.host or "", comp.path, workdir,
-                          self._ports, getattr(runner, "hostname", None),
-                          lambda host: self.asker(app.id, host))
+                          hostname=getattr(runner, "hostname", None),
+                          elsewhere=lambda host: self.asker(app.id, host), **self.lookups())
+
+    def lookups(self) -> dict[str, Callable]:
+        """How ``HostValues`` reads the values a component's host knows (its ports, its pid
+        on a node): the runners' ways, for ``resolve`` as for the references of components."""
+        return {"ports": self._ports, "on_node": self.on_node}
+
+    def on_node(self, row: repo.Component) -> tuple[int | None, list[int]] | None:
+        """For a component whose host's runner reads what its process reports of itself (a
+        Slurm job's watcher): its pid on that node and the ports it listens on there
+        (``SlurmRunner.on_node``); None for the other hosts."""
+        reads = getattr(self.runners.get(row.host or ""), "on_node", None)
+        return reads(row) if reads is not None else None
 
     def asker(self, app_id: str, host: str) -> Callable[[str, str], object] | None:
         """For a host another portal runs (a host portal), a way to read a runtime value of one
