@@ -20,12 +20,13 @@ from xml.sax.saxutils import escape
 import pytest
 
 from cddlm import ns
+from cddlm.application.enactment import logs
 from cddlm.application.enactment.local import Target
 from cddlm.application.enactment.slurm import SlurmRunner, job_comment, job_name
 from cddlm.application.enactment.slurmctl import Slurm, SlurmUnavailable
 from cddlm.application.hosts import Host
 from cddlm.client import Portal
-from cddlm.config import Settings
+from cddlm.config import Limits, Settings
 from tests.conftest import LivePortal
 from tests.engines.slurm_cluster import SlurmCluster
 from tests.netns import wait_until
@@ -501,6 +502,46 @@ def test_a_jobs_watcher_reports_its_pid_and_ports_on_its_node_and_ends_with_it(s
     assert job["job_state"] == "COMPLETED" and job["end_time"] - job["start_time"] <= 1, job
     assert once.logs("once")["lines"] == ["done"]
     assert not processes_of(once.id)
+
+
+def test_slurm_job_logs_are_capped_without_holes(slurm, tmp_path):
+    """A job's logs (written on its node, appending: ``--open-mode=append`` for a job of its
+    own, ``>>`` for an array's task) are rotated by the portal's capper as a local
+    component's: the log stays near its cap, the rest kept as ``.1``, and no hole (zeros)
+    opens where the node would have written at its old offset."""
+    cap = 64 * 1024
+    settings = Settings(limits=Limits(max_log_bytes=cap))
+    runner = SlurmRunner(Slurm(), str(tmp_path / "slurm"), settings).add(Host("n2", "slurm:n2"))
+    app_id = "urn:uuid:%s" % uuid.uuid4()
+    writer = ["python3", "-c", "import sys, time\nfor i in range(10 ** 9):\n"
+              "    print('line %08d ' % i + 'x' * 90, flush=True); time.sleep(0.0005)"]
+    targets = [Target(app_id, "w%d" % i, "process", {"argv": writer}, "n2", generation=1)
+               for i in range(3)]
+    for t in targets:
+        assert runner.deploy(t).event == "deployed"
+    got = start_all(runner, targets[:2])            # an array of two
+    got.update(start_all(runner, targets[2:]))      # and a job of its own
+    assert {o.event for o in got.values()} == {"running"}, got
+    assert jobs(slurm)[got["w2"].pid]["array_job_id"] in (0, None)
+    try:
+        for t in targets:
+            log = Path(runner.component_dir(app_id, t.path)) / "stdout.log"
+            assert wait_until(lambda: (log.parent / "stdout.log.1").exists(), 20), t.path
+        time.sleep(3)       # writing on: rotated again and again
+        for t in targets:
+            log = Path(runner.component_dir(app_id, t.path)) / "stdout.log"
+            data, kept = log.read_bytes(), (log.parent / "stdout.log.1").read_bytes()
+            assert len(data) < 20 * cap, (t.path, len(data))      # uncapped: megabytes by now
+            assert len(kept) <= cap and kept.startswith(b"line ")
+            assert b"\0" not in data and data.startswith(b"line "), (t.path, data[:40])
+            assert os.stat(log).st_blocks * 512 >= len(data) - 4096     # not sparse
+    finally:
+        stopped: list = []
+        runner.stop_many([(t.path, t, got[t.path].pid, got[t.path].pid_start) for t in targets], None,
+                         stopped.extend)
+        runner.remove_app(app_id)
+    assert {o.event for _, o in stopped} == {"stopped"}
+    assert not [d for d in logs.CAPPER.watched() if app_id.rsplit(":", 1)[-1] in d]
 
 
 def test_run_to_completion_exit_status_and_restart_policy(slurm, front):

@@ -540,6 +540,7 @@ class SlurmRunner:
                                       name, node, self.settings.slurm_pending_timeout,
                                       self.files.root), **base)))
                 return None
+            self._cap_logs(t)               # launched: its logs are being written
             if ready is None:
                 return Outcome("running", **base)
             if state["running"] is None:
@@ -600,7 +601,18 @@ class SlurmRunner:
                 return None
             return Outcome("failed", "job %s is no longer known to Slurm (it ended more than "
                                      "MinJobAge ago; exit status unknown)" % ref_text(ref))
-        return None if job.live else self._ended(job)
+        if not job.live:
+            return self._ended(job)
+        self._cap_logs(t)       # (a job adopted after a restart too)
+        return None
+
+    def _cap_logs(self, t: Target) -> None:
+        """Keep the job's logs under the cap, as a local component's (``logs.CAPPER``; the
+        node writes them, ``--open-mode=append`` or ``>>``, so a truncation leaves no hole):
+        looked at on a schedule, since the kernel here hears nothing of a write on another
+        machine."""
+        logs.CAPPER.watch(self.files.app_dir(t.app_id), t.path,
+                          self.settings.limits.max_log_bytes, heard=False)
 
     # -- stop -------------------------------------------------------------------------------------
     def stop(self, t: Target, job_id: int | None, started: str | None, keep_lease) -> Outcome:
@@ -617,6 +629,8 @@ class SlurmRunner:
         if others:
             self.files.stop_many(others, keep_lease, report)
         mine = [j for j in jobs if j[1].type == "process"]
+        for _, t, _, _ in mine:
+            logs.CAPPER.forget(self.component_dir(t.app_id, t.path))
         try:
             # a recent look will do, unless a job to stop may be newer than it
             live, top = self.slurm.jobs()
