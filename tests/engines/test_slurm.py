@@ -460,6 +460,8 @@ def test_a_jobs_watcher_reports_its_pid_and_ports_on_its_node_and_ends_with_it(s
         assert app.resolve("%s/pid" % path) == str(pid)
         assert b"http.server" in Path("/proc/%d/cmdline" % pid).read_bytes()
         assert pid != job_of(jobs(slurm), app, path)["job_id"]
+    assert {h["path"]: h["pid"] for h in app.ping()["health"]} == {
+        p: c["pid"] for p, c in comps(app).items()}         # ping says the same
     watchers = watchers_of(app.id)
     assert len(watchers) == 3, watchers
     programs = {c["pid"] for c in comps(app).values()}

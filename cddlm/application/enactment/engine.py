@@ -801,7 +801,8 @@ class Engine:
                 if stops and current_app is not None:
                     added = queue.add(conn, app_id, stops, current_app.generation, now) > 0 or added
             self._after(added, after is not None and after.event_seq != before)
-        return [_health(c, outcomes.get(c.path) if c.path in recorded else None) for c in comps]
+        return [_health(c, outcomes.get(c.path) if c.path in recorded else None, self.on_node(c))
+                for c in comps]
 
     def check_all(self, host: str | None = None, hosts: list[str] | None = None) -> None:
         """The scheduled liveness pass: one narrow read of the running components, and a
@@ -1015,9 +1016,12 @@ def _down_message(host: str | None, reason: str | None) -> str:
     return "host %s is down%s" % (host, ": " + reason if reason else "")
 
 
-def _health(comp: repo.Component, outcome: Outcome | None) -> dict:
-    """A component's health as ping reports it; ``outcome`` is a failure just recorded."""
+def _health(comp: repo.Component, outcome: Outcome | None,
+            on_node: tuple[int | None, list[int]] | None) -> dict:
+    """A component's health as ping reports it; ``outcome`` is a failure just recorded;
+    ``on_node``: its pid on its node, where its runner reads that (``Engine.on_node``)."""
     state = states.FAILED if outcome is not None and outcome.event == "failed" else comp.observed
     return {"path": comp.path, "type": comp.type, "host": comp.host, "state": state,
-            "healthy": state != states.FAILED, "pid": comp.pid, "restarts": comp.restarts,
+            "healthy": state != states.FAILED,
+            "pid": on_node[0] if on_node is not None else comp.pid, "restarts": comp.restarts,
             "detail": (outcome.info if outcome else comp.info) or ""}
