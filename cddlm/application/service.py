@@ -618,8 +618,10 @@ class Service:
             if isinstance(value, dict) and node is not None:
                 return {k: secrets.redact(tree, path + "/" + k, v) for k, v in value.items()}
             return secrets.redact(tree, path, value)
+        # the values the hosts know (ports, a pid on a Slurm node), read as the engine reads them
+        lookups = self.engine.lookups() if self.engine is not None else {}
         if node is not None:
-            values = HostValues(app, tree, rows, host_of(path), path, workdir)
+            values = HostValues(app, tree, rows, host_of(path), path, workdir, **lookups)
             out = {}
             for key, value in node.attributes.items():
                 try:
@@ -632,7 +634,7 @@ class Service:
                     if runtime is not None:
                         out[name] = runtime
             return {k: secrets.redact(tree, path + "/" + k, v) for k, v in out.items()}
-        values = HostValues(app, tree, rows, host_of(comp_path), comp_path, workdir)
+        values = HostValues(app, tree, rows, host_of(comp_path), comp_path, workdir, **lookups)
         return secrets.redact(tree, path, values.reference(path))
 
     def _runner(self, host: str) -> Any:

@@ -265,15 +265,22 @@ class Views:
                    there: dict | None = None,
                    listening: Callable[[], dict[str, int]] = procfs.listening_table) -> dict:
         """One component; ``there``: what the host portal running it reports of it (its pid
-        and ports are that host's)."""
+        and ports are that host's). A Slurm job's are those on its node, as its watcher
+        reports them (``Engine.on_node``; the job's id is its value ``job``)."""
         live = c.observed in (states.STARTING, states.RUNNING)
-        pid = (there or {}).get("pid") if there is not None else c.pid
+        engine = self.service.engine
+        on_node = engine.on_node(c) if engine is not None and there is None else None
+        if there is not None:
+            pid, ports = there.get("pid"), list(there.get("ports") or []) if live else []
+        elif on_node is not None:
+            pid, ports = on_node
+        else:
+            pid, ports = c.pid, self._ports_of(c, listening)
         out = {"path": c.path, "name": c.path.rsplit("/", 1)[-1], "parent": c.parent,
                "depth": c.path.count("/"), "type": c.type, "optional": c.optional,
                "host": c.host, "provider": c.provider, "desired": c.desired, "state": c.observed,
-               "pid": pid if live else None,
-               "ports": list(there.get("ports") or []) if there is not None and live
-               else self._ports_of(c, listening), "restarts": c.restarts, "exitCode": c.exit_code,
+               "pid": pid if live else None, "ports": ports,
+               "restarts": c.restarts, "exitCode": c.exit_code,
                "exitSignal": c.exit_signal, "info": c.info, "updated": c.updated,
                "stderr": c.runtime.get("stderr") if c.observed == states.FAILED else None,
                # enacted by another portal (a host portal, or a delegate's): its sub-application

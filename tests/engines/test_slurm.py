@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import time
+import urllib.request
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,12 +20,13 @@ from xml.sax.saxutils import escape
 import pytest
 
 from cddlm import ns
+from cddlm.application.enactment import logs
 from cddlm.application.enactment.local import Target
 from cddlm.application.enactment.slurm import SlurmRunner, job_comment, job_name
 from cddlm.application.enactment.slurmctl import Slurm, SlurmUnavailable
 from cddlm.application.hosts import Host
 from cddlm.client import Portal
-from cddlm.config import Settings
+from cddlm.config import Limits, Settings
 from tests.conftest import LivePortal
 from tests.engines.slurm_cluster import SlurmCluster
 from tests.netns import wait_until
@@ -127,6 +129,17 @@ def of_app(slurm: SlurmCluster, app_id: str) -> list[dict]:
     return [j for j in jobs(slurm).values() if ("app=%s " % app_id) in j["comment"]]
 
 
+def job_of(now: dict[int, dict], app, path: str) -> dict:
+    """The component's job (or array task, ``ARRAY_TASK``) in ``jobs(slurm)``, by its value
+    ``job`` (its ``pid`` is the program's on its node)."""
+    ref = app.resolve("%s/job" % path)
+    if "_" not in ref:
+        return now[int(ref)]
+    array, task = (int(x) for x in ref.split("_"))
+    (job,) = [j for j in now.values() if (j["array_job_id"], j["array_task_id"]) == (array, task)]
+    return job
+
+
 def made(slurm: SlurmCluster, app) -> list[int]:
     return [j["job_id"] for j in of_app(slurm, app.id)]
 
@@ -149,7 +162,8 @@ def submitted_as(job: dict, app_id: str, path: str) -> None:
 
 def processes_of(app_id: str) -> list[int]:
     """Processes of this machine (every node shares its PID space) running a component of
-    the application."""
+    the application, or a job's watcher (its environment the job's: an array's watcher has
+    the application's, ``CDDLM_APP_ID``, its component's is exported by the script)."""
     found = []
     for entry in os.listdir("/proc"):
         if entry.isdigit():
@@ -157,7 +171,8 @@ def processes_of(app_id: str) -> list[int]:
                 environ = open("/proc/%s/environ" % entry, "rb").read()
             except OSError:
                 continue
-            if ("CDDLM_COMPONENT=%s " % app_id).encode() in environ:
+            if ("CDDLM_COMPONENT=%s " % app_id).encode() in environ or \
+                    ("\0CDDLM_APP_ID=%s\0" % app_id).encode() in b"\0" + environ:
                 found.append(int(entry))
     return found
 
@@ -193,7 +208,7 @@ def test_the_cluster_is_the_datacenter_and_slurm_runs_what_the_solver_placed_whe
     assert front.calls("sbatch") - submits == 2     # one per node's share: n1's is an array
     now = jobs(slurm)
     for path, c in placed.items():
-        job = now[c["pid"]]                       # the pid recorded is the job's (task's) id
+        job = job_of(now, app, path)
         assert job["job_state"] == "RUNNING"
         assert job["batch_host"] == c["host"]     # sbatch -w: exactly where the solver said
         submitted_as(job, app.id, path)
@@ -395,14 +410,140 @@ def test_readiness_logs_with_offsets_and_values(slurm, front, tmp_path):
     host = c["web"]["host"]
     assert app.resolve("web/pid") == str(c["web"]["pid"])
     assert app.resolve("web/node") == host
-    assert app.resolve("web/port") == "18555"          # where its readiness found it
+    assert app.resolve("web/port") == "18555"
     assert c["web"]["ports"] == [18555]
-    assert jobs(slurm)[c["web"]["pid"]]["batch_host"] == host
+    assert job_of(jobs(slurm), app, "web")["batch_host"] == host
     first = app.logs("talk")
     assert first["lines"] == ["one"] and first["host"] == c["talk"]["host"]
     go.touch()
     assert wait_until(lambda: app.logs("talk", offset=first["offset"])["lines"] == ["two"], 10)
     finish(app)
+
+
+def watchers_of(app_id: str) -> list[int]:
+    """The job watchers (``procsh.REPORTER``) of the application's components: processes of
+    its components that are their batch script's shell, not their program."""
+    found = []
+    for pid in processes_of(app_id):
+        try:
+            argv = Path("/proc/%d/cmdline" % pid).read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b"slurm_script") for a in argv):
+            found.append(pid)
+    return found
+
+
+def test_a_jobs_watcher_reports_its_pid_and_ports_on_its_node_and_ends_with_it(slurm, front):
+    """A Slurm job's program (a job of its own, or an array's task) is seen on its node by the
+    watcher its script starts: ``pid`` is the program's pid there, ``port`` the port it
+    listens on (no readiness names it: port 0, the kernel's choice), in ``cddlm status`` and
+    ``resolve``. What is in the marker is untrusted: junk is ignored. Nothing of the watcher
+    outlives the job, or writes in the component's logs."""
+    serve = ("python3", "-u", "-m", "http.server", "0")
+    ready = '<item name="log">Serving HTTP</item>'
+    text = application(process("a", *serve, host="n2", readiness=ready),    # n2's share: an array
+                       process("b", *serve, host="n2", readiness=ready),
+                       process("solo", *serve, host="n3", readiness=ready))  # a job of its own
+    app = deploy(front, text)
+    assert "_" in app.resolve("a/job") and "_" not in app.resolve("solo/job")
+    assert wait_until(lambda: all(c["ports"] for c in comps(app).values()), 20), comps(app)
+    for path, c in comps(app).items():
+        line = app.logs(path, "stderr")["lines"] + app.logs(path)["lines"]
+        port = int([w for w in " ".join(line).split() if w.isdigit()][0])   # "... port N (http..."
+        assert c["ports"] == [port] and app.resolve("%s/port" % path) == str(port), (c, line)
+        # listening there indeed: at the node's address, in its namespace
+        address = slurm.host(c["host"]).address
+        with urllib.request.urlopen("http://%s:%d/" % (address, port), timeout=10) as got:
+            assert got.status == 200
+        pid = c["pid"]
+        assert app.resolve("%s/pid" % path) == str(pid)
+        assert b"http.server" in Path("/proc/%d/cmdline" % pid).read_bytes()
+        assert pid != job_of(jobs(slurm), app, path)["job_id"]
+    assert {h["path"]: h["pid"] for h in app.ping()["health"]} == {
+        p: c["pid"] for p, c in comps(app).items()}         # ping says the same
+    watchers = watchers_of(app.id)
+    assert len(watchers) == 3, watchers
+    programs = {c["pid"] for c in comps(app).values()}
+    for w in watchers:      # its output goes nowhere near the component's logs
+        assert [os.readlink("/proc/%d/fd/%d" % (w, fd)) for fd in (0, 1, 2)] == ["/dev/null"] * 3
+        parent = int(Path("/proc/%d/stat" % w).read_text().rsplit(")", 1)[1].split()[1])
+        assert parent not in programs       # not a child the program would see (or reap)
+
+    # junk in the marker (the node's, or the program's, writing): ignored, nothing breaks
+    marker = Path(SlurmRunner(Slurm(), str(Path(app.resolve("solo/workdir")).parents[2]), Settings())
+                  ._marker(Target(app.id, "solo", "process", {}, "n3")))
+    job = job_of(jobs(slurm), app, "solo")["job_id"]
+    real = marker.read_bytes()
+    assert real.split()[:2] == [str(job).encode(), str(comps(app)["solo"]["pid"]).encode()]
+    junk = [b"", b"garbage\n", b"%d 1 1F90\n" % (job + 1000), b"%d 99999999 1F90\n" % job,
+            b"%d 12 1F90 zz\n" % job, b"%d 12 " % job + b"1F90 " * 20000, b"\xff\x00" * 50]
+    for bad in junk:
+        marker.write_bytes(bad)
+        c = comps(app)["solo"]
+        assert (c["pid"], c["ports"]) == (None, []), (bad[:40], c)
+        with pytest.raises(Exception, match="no value yet"):
+            app.resolve("solo/pid")
+    marker.unlink()
+    os.mkfifo(marker)           # a reader would block on it: refused, not opened
+    assert comps(app)["solo"]["pid"] is None
+    marker.unlink()
+    marker.write_bytes(real)
+    c = comps(app)["solo"]
+    assert c["pid"] and c["ports"] == [int(app.resolve("solo/port"))]
+
+    started = time.monotonic()
+    finish(app)
+    assert time.monotonic() - started < 10
+    assert wait_until(lambda: not processes_of(app.id), 10), [
+        Path("/proc/%d/cmdline" % p).read_bytes() for p in processes_of(app.id)]
+    # a job whose program ends at once ends at once: its watcher holds nothing
+    once = deploy(front, application(process("once", "sh", "-c", "echo done", run_to_completion="true",
+                                             host="n1")), state="terminated")
+    job = job_of(jobs(slurm), once, "once")
+    assert job["job_state"] == "COMPLETED" and job["end_time"] - job["start_time"] <= 1, job
+    assert once.logs("once")["lines"] == ["done"]
+    assert not processes_of(once.id)
+
+
+def test_slurm_job_logs_are_capped_without_holes(slurm, tmp_path):
+    """A job's logs (written on its node, appending: ``--open-mode=append`` for a job of its
+    own, ``>>`` for an array's task) are rotated by the portal's capper as a local
+    component's: the log stays near its cap, the rest kept as ``.1``, and no hole (zeros)
+    opens where the node would have written at its old offset."""
+    cap = 64 * 1024
+    settings = Settings(limits=Limits(max_log_bytes=cap))
+    runner = SlurmRunner(Slurm(), str(tmp_path / "slurm"), settings).add(Host("n2", "slurm:n2"))
+    app_id = "urn:uuid:%s" % uuid.uuid4()
+    writer = ["python3", "-c", "import sys, time\nfor i in range(10 ** 9):\n"
+              "    print('line %08d ' % i + 'x' * 90, flush=True); time.sleep(0.0005)"]
+    targets = [Target(app_id, "w%d" % i, "process", {"argv": writer}, "n2", generation=1)
+               for i in range(3)]
+    for t in targets:
+        assert runner.deploy(t).event == "deployed"
+    got = start_all(runner, targets[:2])            # an array of two
+    got.update(start_all(runner, targets[2:]))      # and a job of its own
+    assert {o.event for o in got.values()} == {"running"}, got
+    assert jobs(slurm)[got["w2"].pid]["array_job_id"] in (0, None)
+    try:
+        for t in targets:
+            log = Path(runner.component_dir(app_id, t.path)) / "stdout.log"
+            assert wait_until(lambda: (log.parent / "stdout.log.1").exists(), 20), t.path
+        time.sleep(3)       # writing on: rotated again and again
+        for t in targets:
+            log = Path(runner.component_dir(app_id, t.path)) / "stdout.log"
+            data, kept = log.read_bytes(), (log.parent / "stdout.log.1").read_bytes()
+            assert len(data) < 20 * cap, (t.path, len(data))      # uncapped: megabytes by now
+            assert len(kept) <= cap and kept.startswith(b"line ")
+            assert b"\0" not in data and data.startswith(b"line "), (t.path, data[:40])
+            assert os.stat(log).st_blocks * 512 >= len(data) - 4096     # not sparse
+    finally:
+        stopped: list = []
+        runner.stop_many([(t.path, t, got[t.path].pid, got[t.path].pid_start) for t in targets], None,
+                         stopped.extend)
+        runner.remove_app(app_id)
+    assert {o.event for _, o in stopped} == {"stopped"}
+    assert not [d for d in logs.CAPPER.watched() if app_id.rsplit(":", 1)[-1] in d]
 
 
 def test_run_to_completion_exit_status_and_restart_policy(slurm, front):
@@ -455,7 +596,7 @@ def test_terminate_stops_each_job_with_its_signal_and_grace(slurm, front):
         process("stubborn", "sh", "-c", "trap 'echo ignored TERM' TERM; echo up; %s" % loop,
                 grace="1", readiness='<item name="log">up</item>'))
     app = deploy(front, text)
-    ids = {p: c["pid"] for p, c in comps(app).items()}
+    ids = {p: job_of(jobs(slurm), app, p)["job_id"] for p in comps(app)}
     started = time.monotonic()
     finish(app)
     took = time.monotonic() - started
@@ -482,13 +623,14 @@ def test_a_portal_killed_and_restarted_adopts_every_job_and_submits_none_twice(s
     app = front.portal.lookup(app.id)
     assert app.wait_for("running", "failed", timeout=60) == "running", app.components()
     live = [j for j in of_app(slurm, app.id) if j["job_state"] in LIVE]
-    assert sorted(j["job_id"] for j in live) == sorted(c["pid"] for c in comps(app).values())
+    assert sorted(j["job_id"] for j in live) == sorted(job_of(jobs(slurm), app, p)["job_id"]
+                                                       for p in comps(app))
     assert len(made(slurm, app)) == 4         # one each, never two (a sbatch cut short made none)
     front.lp.stop(signal.SIGKILL)           # and once more while they run
     front.lp = start_portal(front.folder)
     app = front.portal.lookup(app.id)
     assert app.state() == "running"
-    victim = comps(app)["w2"]["pid"]
+    victim = job_of(jobs(slurm), app, "w2")["job_id"]
     # ended outside the portal: the new portal sees it (an array's task is cancelled as
     # ARRAY_TASK, the value "job": Slurm 22.05 says a task's own id is invalid to scancel)
     slurm.run("scancel", app.resolve("w2/job"))
@@ -518,7 +660,7 @@ def test_a_node_set_down_fails_its_components_with_the_nodes_reason(slurm, front
 
 def test_a_partitioned_node_fails_its_components_and_a_terminate_completes_after_it_heals(slurm, front):
     app = deploy(front, application(process("cut", "sleep", "600", host="n2")))
-    job = comps(app)["cut"]["pid"]
+    job = job_of(jobs(slurm), app, "cut")["job_id"]
     slurm.host("n2").partition()
     healed = False
     try:

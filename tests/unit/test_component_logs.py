@@ -8,6 +8,7 @@ import time
 
 from cddlm.application.enactment import confine, logs
 from cddlm.budget import user_regex
+from tests.netns import wait_until
 
 
 def rotate(path, cap: int) -> bool:
@@ -286,3 +287,34 @@ def test_logs_are_reached_from_the_application_directory_never_through_a_link(tm
     assert follower.seen()
     time.sleep(logs.PERIOD)                   # its next look (nothing grew where it could see)
     assert capper.check() == 1
+
+
+def test_logs_another_machine_writes_are_looked_at_on_the_schedule(tmp_path, monkeypatch):
+    """``heard=False`` (a Slurm job's logs, written on its node: NFS tells this machine's kernel
+    nothing of it): no inotify watch is relied on; a quiet log is still looked at, at least
+    every QUIET seconds, where a heard one is not looked at at all."""
+    capper = logs.Capper()
+    for name in ("far", "near"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "stdout.log").write_bytes(b"hello\n")
+        capper.watch(str(tmp_path), name, 1024, heard=name == "near")
+    time.sleep(1.0)                     # the first looks, and the second (PERIOD after)
+    looks = []
+    real_open_dir = confine.open_dir
+
+    def counted(base, names, *a, **k):
+        if base.startswith(str(tmp_path)):
+            looks.append(names[-1])
+        return real_open_dir(base, names, *a, **k)
+    monkeypatch.setattr(logs.confine, "open_dir", counted)
+    try:
+        time.sleep(logs.QUIET + 1.0)
+        assert "far" in looks and "near" not in looks, looks
+        assert list(capper._armed) == [str(tmp_path / "near")]
+        (tmp_path / "far" / "stdout.log").write_bytes(b"x" * 2048)    # unheard: seen on schedule
+        assert wait_until(lambda: (tmp_path / "far" / "stdout.log.1").exists(), logs.QUIET + 1.0)
+    finally:
+        monkeypatch.setattr(logs.confine, "open_dir", real_open_dir)
+        capper.forget_below(str(tmp_path))
+    assert capper._unheard == set()
+

@@ -232,8 +232,20 @@ class Engine:
         runner = self.runners.get(comp.host or "")
         workdir = (lambda p: runner.component_dir(app.id, p)) if runner else (lambda p: "")
         return HostValues(app, self.tree(app), rows, comp.host or "", comp.path, workdir,
-                          self._ports, getattr(runner, "hostname", None),
-                          lambda host: self.asker(app.id, host))
+                          hostname=getattr(runner, "hostname", None),
+                          elsewhere=lambda host: self.asker(app.id, host), **self.lookups())
+
+    def lookups(self) -> dict[str, Callable]:
+        """How ``HostValues`` reads the values a component's host knows (its ports, its pid
+        on a node): the runners' ways, for ``resolve`` as for the references of components."""
+        return {"ports": self._ports, "on_node": self.on_node}
+
+    def on_node(self, row: repo.Component) -> tuple[int | None, list[int]] | None:
+        """For a component whose host's runner reads what its process reports of itself (a
+        Slurm job's watcher): its pid on that node and the ports it listens on there
+        (``SlurmRunner.on_node``); None for the other hosts."""
+        reads = getattr(self.runners.get(row.host or ""), "on_node", None)
+        return reads(row) if reads is not None else None
 
     def asker(self, app_id: str, host: str) -> Callable[[str, str], object] | None:
         """For a host another portal runs (a host portal), a way to read a runtime value of one
@@ -796,7 +808,8 @@ class Engine:
                 if stops and current_app is not None:
                     added = queue.add(conn, app_id, stops, current_app.generation, now) > 0 or added
             self._after(added, after is not None and after.event_seq != before)
-        return [_health(c, outcomes.get(c.path) if c.path in recorded else None) for c in comps]
+        return [_health(c, outcomes.get(c.path) if c.path in recorded else None, self.on_node(c))
+                for c in comps]
 
     def check_all(self, host: str | None = None, hosts: list[str] | None = None) -> None:
         """The scheduled liveness pass: one narrow read of the running components, and a
@@ -1010,9 +1023,12 @@ def _down_message(host: str | None, reason: str | None) -> str:
     return "host %s is down%s" % (host, ": " + reason if reason else "")
 
 
-def _health(comp: repo.Component, outcome: Outcome | None) -> dict:
-    """A component's health as ping reports it; ``outcome`` is a failure just recorded."""
+def _health(comp: repo.Component, outcome: Outcome | None,
+            on_node: tuple[int | None, list[int]] | None) -> dict:
+    """A component's health as ping reports it; ``outcome`` is a failure just recorded;
+    ``on_node``: its pid on its node, where its runner reads that (``Engine.on_node``)."""
     state = states.FAILED if outcome is not None and outcome.event == "failed" else comp.observed
     return {"path": comp.path, "type": comp.type, "host": comp.host, "state": state,
-            "healthy": state != states.FAILED, "pid": comp.pid, "restarts": comp.restarts,
+            "healthy": state != states.FAILED,
+            "pid": on_node[0] if on_node is not None else comp.pid, "restarts": comp.restarts,
             "detail": (outcome.info if outcome else comp.info) or ""}

@@ -140,10 +140,15 @@ class Capper:
     inotify), it is looked at on a schedule: ever less often while quiet, up to ``QUIET``.
 
     Directories are known by their path (``forget``, ``forget_below``) and reached from their
-    application's directory (``watch``'s ``base``), one name at a time, never through a link."""
+    application's directory (``watch``'s ``base``), one name at a time, never through a link.
+
+    Logs that other machines write (a Slurm job's, on a folder shared with its node: NFS tells
+    this machine's kernel nothing of a remote write) are watched ``heard=False``: on the
+    schedule alone, as where the kernel cannot watch."""
 
     def __init__(self):
         self._dirs: dict[str, int] = {}       # component directory -> cap in bytes
+        self._unheard: set[str] = set()       # directories looked at on the schedule alone
         self._where: dict[str, tuple[str, list[str]]] = {}    # -> (application dir, names below)
         self._seen: dict[str, tuple[int, float, float, float]] = {}
         # -> (size, interval, next look, last look)
@@ -155,9 +160,10 @@ class Capper:
         self._bell = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)   # wakes the thread
         self._notify: inotify_simple.INotify | None = None
 
-    def watch(self, base: str, relative: str, cap: int) -> None:
+    def watch(self, base: str, relative: str, cap: int, heard: bool = True) -> None:
         """Keep the logs of the component directory ``relative`` below the application's
-        directory ``base`` under ``cap`` bytes each."""
+        directory ``base`` under ``cap`` bytes each; ``heard``: whether this machine's kernel
+        hears of their writes (False: other machines write them)."""
         names = confine.inside(base, relative)
         workdir = os.path.join(base, *names)
         with self._lock:
@@ -165,6 +171,8 @@ class Capper:
             if new:
                 heapq.heappush(self._due, (0.0, workdir))
                 self._where[workdir] = (base, names)
+                if not heard:
+                    self._unheard.add(workdir)
             self._dirs[workdir] = cap
             if self._thread is None or not self._thread.is_alive():
                 if self._notify is None:
@@ -198,6 +206,7 @@ class Capper:
     def _drop(self, workdir: str) -> None:
         self._dirs.pop(workdir, None)
         self._where.pop(workdir, None)
+        self._unheard.discard(workdir)
         self._seen.pop(workdir, None)
         wd = self._armed.pop(workdir, None)
         if wd is not None:
@@ -285,7 +294,7 @@ class Capper:
                 folder = None                 # a link now: nothing there is looked at
             if folder is not None:
                 try:
-                    armed = self._arm(workdir, folder)
+                    armed = workdir not in self._unheard and self._arm(workdir, folder)
                     total, done = self._look(workdir, folder, cap)
                     rotated += done
                 finally:

@@ -49,7 +49,7 @@ from typing import Any, Callable, Iterable
 
 from sqlalchemy import select
 
-from cddlm.application.enactment import logs
+from cddlm.application.enactment import confine, logs, procsh, states
 from cddlm.application.enactment.confine import Escape
 from cddlm.application.enactment.local import (READINESS_TIMEOUT, Later, LocalRunner, Outcome,
                                                Report, Target, _run_all, _Wait, _wait_all,
@@ -267,7 +267,10 @@ class SlurmRunner:
     def _arrays_dir(self, app_id: str) -> str:
         """Where the manifests of an application's job arrays are (beside, not among, the
         components' directories)."""
-        return os.path.join(self.files.root, ARRAYS, os.path.basename(self.files.app_dir(app_id)))
+        return os.path.join(self.files.root, self._arrays_below(app_id))
+
+    def _arrays_below(self, app_id: str) -> str:
+        return os.path.join(ARRAYS, os.path.basename(self.files.app_dir(app_id)))
 
     def _manifest_path(self, app_id: str, key: str) -> str:
         return os.path.join(self._arrays_dir(app_id), key)
@@ -399,13 +402,43 @@ class SlurmRunner:
 
     def _marker(self, t: Target) -> str:
         """The file a component's job script makes as it begins on its node (``_launched``),
-        beside the application's array manifests."""
-        return os.path.join(self._arrays_dir(t.app_id), "launched",
-                            hashlib.sha256(t.path.encode()).hexdigest()[:24])
+        beside the application's array manifests; its watcher keeps the program's pid and
+        ports there (``on_node``)."""
+        return os.path.join(self.files.root, self._marker_below(t.app_id, t.path))
+
+    def _marker_below(self, app_id: str, path: str) -> str:
+        return os.path.join(self._arrays_below(app_id), "launched",
+                            hashlib.sha256(path.encode()).hexdigest()[:24])
+
+    def _watch(self, t: Target) -> str:
+        """The job script's line that makes the marker and starts the watcher of the program
+        it ``exec``s next (``procsh.REPORTER``: its pid and listening ports, in the marker)."""
+        return 'rp %s "${SLURM_JOB_ID:-0}"' % shlex.quote(self._marker(t))
+
+    def on_node(self, row) -> tuple[int | None, list[int]]:
+        """A component's (a ``repository.Component``'s) pid on its node, and the TCP ports it
+        listens on there while it runs, as its job's watcher last wrote them in its marker
+        (the portal cannot read a node's /proc): (None, []) before the watcher wrote, or
+        when what is there is not this job's (an earlier run's) or not a watcher's strict
+        form (``procsh.report``). Ports the watcher did not see (a child of the program
+        listening) are those its ``tcp`` readiness found, as recorded."""
+        report = None
+        if row.type == "process" and row.pid:
+            try:
+                data, _ = confine.read_tail(self.files.root, self._marker_below(row.app_id, row.path),
+                                            procsh.MAX_REPORT + 1, 0)
+                report = procsh.report(data, row.pid)
+            except (Escape, OSError):
+                report = None
+        pid = report[0] if report else None
+        if row.observed not in (states.STARTING, states.RUNNING):
+            return pid, []
+        return pid, (report[1] if report and report[1] else list(row.runtime.get("ports") or []))
 
     def _submit(self, t: Target, p: "_Prepared") -> int:
-        """One component as a job of its own: its script ``exec``s its argv."""
-        script = "#!/bin/sh\n: >%s\nexec %s\n" % (shlex.quote(self._marker(t)), _argv(t))
+        """One component as a job of its own: its script starts its watcher (``_watch``),
+        then ``exec``s its argv."""
+        script = "#!/bin/sh\n%s%s\nexec %s\n" % (procsh.REPORTER, self._watch(t), _argv(t))
         options = ["-w", p.node, "-J", job_name(t.app_id, t.path),
                    "--comment", job_comment(t.app_id, t.generation, t.path),
                    "-o", os.path.join(p.workdir, "stdout.log"),
@@ -418,8 +451,9 @@ class SlurmRunner:
         manifest (index -> path) is written first, so that a start repeated after a crash
         finds the array (by its comment) and each component's task in it. The script
         dispatches on ``$SLURM_ARRAY_TASK_ID``: the task's output to its component's logs,
-        its directory, the environment that differs from the share's, and ``exec`` of its
-        argv (the task is the process)."""
+        the environment that differs from the share's, its watcher (``_watch``, with the
+        component's environment), its directory, and ``exec`` of its argv (the task is the
+        process)."""
         first = share[0][1]
         node = share[0][2].node
         paths = [t.path for _, t, _ in share]
@@ -434,19 +468,18 @@ class SlurmRunner:
         common = dict(share[0][2].env)
         for _, _, p in share[1:]:
             common = {k: v for k, v in common.items() if p.env.get(k) == v}
-        lines = ["#!/bin/sh", 'case "$SLURM_ARRAY_TASK_ID" in']
+        lines = ["#!/bin/sh", procsh.REPORTER, 'case "$SLURM_ARRAY_TASK_ID" in']
         for i, (_, t, p) in enumerate(share):
             own = {k: v for k, v in p.env.items() if k not in common}
             exports = " ".join("%s=%s" % (k, shlex.quote(v)) for k, v in sorted(own.items())
                                if SHELL_NAME.fullmatch(k))
             odd = " ".join(shlex.quote("%s=%s" % kv) for kv in sorted(own.items())
                            if not SHELL_NAME.fullmatch(kv[0]))
-            lines.append("%d) exec >>%s 2>>%s; : >%s; cd %s || exit 1; %sexec %s%s;;" % (
+            lines.append("%d) exec >>%s 2>>%s; %s%s; cd %s || exit 1; exec %s%s;;" % (
                 i, shlex.quote(os.path.join(p.workdir, "stdout.log")),
-                shlex.quote(os.path.join(p.workdir, "stderr.log")), shlex.quote(self._marker(t)),
-                shlex.quote(p.cwd),
-                "export %s; " % exports if exports else "", "env %s " % odd if odd else "",
-                _argv(t)))
+                shlex.quote(os.path.join(p.workdir, "stderr.log")),
+                "export %s; " % exports if exports else "", self._watch(t), shlex.quote(p.cwd),
+                "env %s " % odd if odd else "", _argv(t)))
         lines += ["esac", 'echo "cddlm: no component is task $SLURM_ARRAY_TASK_ID" >&2', "exit 127", ""]
         options = ["-w", node, "--array=0-%d" % (len(share) - 1), "-J", "cddlm-" + key,
                    "--comment", array_comment(first.app_id, first.generation, key),
@@ -507,6 +540,7 @@ class SlurmRunner:
                                       name, node, self.settings.slurm_pending_timeout,
                                       self.files.root), **base)))
                 return None
+            self._cap_logs(t)               # launched: its logs are being written
             if ready is None:
                 return Outcome("running", **base)
             if state["running"] is None:
@@ -567,7 +601,18 @@ class SlurmRunner:
                 return None
             return Outcome("failed", "job %s is no longer known to Slurm (it ended more than "
                                      "MinJobAge ago; exit status unknown)" % ref_text(ref))
-        return None if job.live else self._ended(job)
+        if not job.live:
+            return self._ended(job)
+        self._cap_logs(t)       # (a job adopted after a restart too)
+        return None
+
+    def _cap_logs(self, t: Target) -> None:
+        """Keep the job's logs under the cap, as a local component's (``logs.CAPPER``; the
+        node writes them, ``--open-mode=append`` or ``>>``, so a truncation leaves no hole):
+        looked at on a schedule, since the kernel here hears nothing of a write on another
+        machine."""
+        logs.CAPPER.watch(self.files.app_dir(t.app_id), t.path,
+                          self.settings.limits.max_log_bytes, heard=False)
 
     # -- stop -------------------------------------------------------------------------------------
     def stop(self, t: Target, job_id: int | None, started: str | None, keep_lease) -> Outcome:
@@ -584,6 +629,8 @@ class SlurmRunner:
         if others:
             self.files.stop_many(others, keep_lease, report)
         mine = [j for j in jobs if j[1].type == "process"]
+        for _, t, _, _ in mine:
+            logs.CAPPER.forget(self.component_dir(t.app_id, t.path))
         try:
             # a recent look will do, unless a job to stop may be newer than it
             live, top = self.slurm.jobs()

@@ -22,11 +22,11 @@ import shlex
 import signal
 from typing import Iterable
 
+from cddlm.application.enactment import procsh
+
 CHUNK = 64 * 1024       # bytes of a log read in one look
 
-PRELUDE = r"""
-st() { s=; read -r s 2>/dev/null < "/proc/$1/stat"; s=${s##*) }; set -- $s
-  case $1 in Z|X|x|'') return 1;; esac; S=${20} G=$3; }
+PRELUDE = procsh.ALIVE + procsh.LISTENING + r"""
 is() { st "$1" && { [ "$2" = - ] || [ "$S" = "$2" ]; }; }
 ours() { tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | grep -qxF "CDDLM_COMPONENT=$2"; }
 W='trap : HUP INT QUIT TERM USR1 USR2 ALRM; sh -c '\''echo $$ > "$0/pid" && exec "$@"'\'' "$0" "$@"; echo $? > "$0/status"'
@@ -60,10 +60,7 @@ ex() { case $2 in
 fw() { mkdir -p "${2%/*}" 2>/dev/null && rm -f "$2" && printf '%s' "$4" > "$2.$$" && chmod "$3" "$2.$$" \
     && mv -f "$2.$$" "$2" && echo "$1 ok" || { rm -f "$2.$$"; echo "$1 fail cannot write $2"; }; }
 fx() { if [ -f "$2" ]; then echo "$1 ok"; else echo "$1 missing"; fi; }
-pt() { s=; for f in /proc/$2/fd/*; do l=$(readlink "$f" 2>/dev/null) || continue
-    case $l in socket:*) l=${l#socket:[}; s="$s ${l%]}";; esac; done
-  echo "$1 ports $(awk -v s="$s" 'BEGIN { n = split(s, a, " "); for (i = 1; i <= n; i++) w[a[i]] = 1 }
-    $4 == "0A" && ($10 in w) { split($2, b, ":"); print b[2] }' /proc/net/tcp /proc/net/tcp6 2>/dev/null | tr '\n' ' ')"; }
+pt() { echo "$1 ports $(tp "$2")"; }
 """
 
 
@@ -146,13 +143,5 @@ def ended(status: str) -> tuple[str, int | None, str | None]:
 
 
 def ports(words: list[str]) -> list[int]:
-    """The ports of a ``pt`` answer (hexadecimal, as /proc/net/tcp writes them)."""
-    out = []
-    for w in words[1:] if words and words[0] == "ports" else []:
-        try:
-            port = int(w, 16)
-        except ValueError:
-            continue
-        if port not in out:
-            out.append(port)
-    return sorted(out)
+    """The ports of a ``pt`` answer (``procsh.tp``'s)."""
+    return procsh.hex_ports(words[1:]) if words and words[0] == "ports" else []

@@ -22,7 +22,8 @@ class HostValues:
                  workdir: Callable[[str], str],
                  ports: Callable[[str | None, int, str | None], list[int]] | None = None,
                  hostname: Callable[[], str] | None = None,
-                 elsewhere: Callable[[str], Callable[[str, str], Any] | None] | None = None):
+                 elsewhere: Callable[[str], Callable[[str, str], Any] | None] | None = None,
+                 on_node: Callable[[Any], tuple[int | None, list[int]] | None] | None = None):
         self.app = app
         # the runtime values of a component another portal runs (a host portal's): for its host,
         # a way to ask that portal (path, name) -> the value, None while it has none
@@ -32,6 +33,10 @@ class HostValues:
         # of /proc here, or of the runner of the host it runs on when that is another machine
         self.ports = ports or (lambda host, pid, started: procfs.listening_ports(pid)
                                if procfs.alive(pid, started) else [])
+        # a component's pid on the node it runs on and its ports there, where its host's
+        # runner knows them from the process's own report (a Slurm job's watcher: the pid
+        # recorded is the job's id); None for the other hosts
+        self.on_node = on_node or (lambda row: None)
         self.tree = tree
         self.rows = rows            # path -> repository.Component
         self.host = host
@@ -59,13 +64,16 @@ class HostValues:
         ask = self.elsewhere(row.host or "")
         if ask is not None:
             return ask(path, name)
-        if name in ("port", "ports"):
-            ports = list(row.runtime.get("ports") or []) or (
+        if name in ("pid", "port", "ports"):
+            there = self.on_node(row)       # (pid on its node, ports there), or None
+            if name == "pid":
+                return there[0] if there is not None else row.pid
+            ports = there[1] if there is not None else list(row.runtime.get("ports") or []) or (
                 self.ports(row.host, row.pid, row.pid_start) if row.pid else [])
             return (ports[0] if ports else None) if name == "port" else ports
         if name == "state":
             return row.observed
-        if name in ("pid", "exit_code", "exit_signal", "restarts"):
+        if name in ("exit_code", "exit_signal", "restarts"):
             return getattr(row, name)
         if name == "host":
             return row.host
