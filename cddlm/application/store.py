@@ -683,11 +683,13 @@ def _pipelined(conn: Connection, quiet: bool = False) -> Iterator[None]:
     one that is waited for, rather than a round trip each. Every other statement is waited for
     at once (``_time_statements``: the pipeline is synced), so its rows, its rowcount and its
     error are there as without the pipeline; a deferred INSERT's error (a name in use) comes
-    with the next statement waited for, or at the end of the pipeline (before the COMMIT, so
-    that a failed transaction is rolled back outside it), as SQLAlchemy's error. The BEGIN
-    goes with the first statement. A create's eight round trips (BEGIN, six INSERTs, COMMIT)
-    are two: the end of the pipeline, and the COMMIT. ``quiet``: the changed rows' triggers
-    send no notice (migration 0008: no other process listens)."""
+    with the next statement waited for, or at the end of the pipeline, as SQLAlchemy's error
+    (the COMMIT queued after it is then not run, and the transaction is rolled back). The
+    BEGIN goes with the first statement, the COMMIT with the end of the pipeline, whose answer
+    is waited for before ``write`` returns (SQLAlchemy's commit afterwards finds the driver
+    out of the transaction and sends nothing). A create's eight round trips (BEGIN, six
+    INSERTs, COMMIT) are one. ``quiet``: the changed rows' triggers send no notice (migration
+    0008: no other process listens)."""
     if conn.dialect.name != "postgresql" or not _pipeline_supported():
         yield
         return
@@ -695,11 +697,13 @@ def _pipelined(conn: Connection, quiet: bool = False) -> Iterator[None]:
     try:
         driver = conn.connection.driver_connection
         with driver.pipeline() as pipeline:
+            cursor = conn.info[PIPELINE_CURSOR] = driver.cursor()   # (``_on_pipeline``'s too)
             if quiet:       # (after the BEGIN the driver sends first; not waited for)
-                driver.execute("SET LOCAL cddlm.alone = on")
+                cursor.execute("SET LOCAL cddlm.alone = on")
             conn.info[PIPELINE] = pipeline
             try:
                 yield
+                cursor.execute("COMMIT")    # answered at the end of the pipeline, just below
             finally:
                 conn.info.pop(PIPELINE, None)
                 conn.info.pop(PIPELINE_CURSOR, None)
