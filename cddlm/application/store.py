@@ -697,11 +697,11 @@ def _pipelined(conn: Connection, quiet: bool = False) -> Iterator[None]:
     try:
         driver = conn.connection.driver_connection
         with driver.pipeline() as pipeline:
-            cursor = conn.info[PIPELINE_CURSOR] = driver.cursor()   # (``_on_pipeline``'s too)
-            if quiet:       # (after the BEGIN the driver sends first; not waited for)
-                cursor.execute("SET LOCAL cddlm.alone = on")
-            conn.info[PIPELINE] = pipeline
             try:
+                cursor = conn.info[PIPELINE_CURSOR] = driver.cursor()   # ``_on_pipeline``'s too
+                if quiet:       # (after the BEGIN the driver sends first; not waited for)
+                    cursor.execute("SET LOCAL cddlm.alone = on")
+                conn.info[PIPELINE] = pipeline
                 yield
                 cursor.execute("COMMIT")    # answered at the end of the pipeline, just below
             finally:
