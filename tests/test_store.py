@@ -103,6 +103,44 @@ def test_writes_not_waited_for_are_seen_counted_and_refused_in_their_transaction
     store.dispose()
 
 
+def test_statements_sent_past_sqlalchemy_read_and_write_as_through_it(db_url):
+    """``send`` and ``rows`` (on PostgreSQL the driver directly, in the write transaction's
+    pipeline): a column's default is filled in as SQLAlchemy fills it, a row read is the row
+    SQLAlchemy reads, a statement marked ``not_waited`` changes the rows it names only, and a
+    refused INSERT fails the transaction at the next read, as SQLAlchemy's IntegrityError,
+    with nothing of it written."""
+    from sqlalchemy import insert
+    from sqlalchemy.exc import IntegrityError
+    from cddlm.application.store import rows, send
+    store = make(db_url)
+    app, other = new_app(store, "sent"), new_app(store, "untouched")
+    with store.write() as conn:
+        send(conn, insert(work), {"app_id": app.id, "path": "a", "action": "deploy",
+                                  "generation": 1, "not_before": 1.5, "created": 1.5})
+        locked = repo.lock_app(conn, app.id)
+        assert rows(conn, select(work.c.path, work.c.attempts, work.c.not_before)
+                    .where(work.c.app_id == app.id), {}) == [("a", 0, 1.5)]
+        repo.update_app(conn, app.id, desired="running", termination_info={"normal": True})
+    with store.read() as conn:
+        through_sqlalchemy = conn.execute(repo._LOCK_APP, {"app_id": app.id}).first()._mapping
+        assert {k: getattr(locked, k) for k in repo.App.SIMPLE if k != "desired"} == \
+            {k: through_sqlalchemy.get(k) for k in repo.App.SIMPLE if k != "desired"}
+        assert repo.get_app(conn, app.id).termination_info == {"normal": True}
+        assert repo.get_app(conn, app.id).desired == "running"
+        assert repo.get_app(conn, other.id).desired == "instantiated"
+    with pytest.raises(IntegrityError):
+        with store.write() as conn:
+            repo.add_event(conn, app.id, repo.LIFECYCLE_TOPIC, 9, {}, 3.0)
+            send(conn, insert(work), {"app_id": "urn:uuid:nobody", "path": "a",
+                                      "action": "deploy", "generation": 1, "not_before": 1.0,
+                                      "created": 1.0})
+            rows(conn, select(work.c.path), {})
+    with store.read() as conn:
+        assert conn.execute(select(func.count()).select_from(events)
+                            .where(events.c.seq == 9)).scalar() == 0
+    store.dispose()
+
+
 def test_upgrade_from_the_first_schema_keeps_the_data(db_url):
     """A portal database made by revision 0001 upgrades in place (views gain a termination
     time, the name constraint becomes the live-name index)."""

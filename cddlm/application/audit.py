@@ -13,6 +13,7 @@ import logging
 from sqlalchemy import insert, or_, select
 from sqlalchemy.engine import Connection
 
+from cddlm.application.store import send
 from cddlm.application.tables import audit
 from cddlm.application.tenancy import Principal
 
@@ -26,7 +27,7 @@ def record(conn: Connection, principal: Principal, action: str, now: float, *,
            detail: str | None = None) -> None:
     """In the caller's transaction, as its last write."""
     detail = detail[:MAX_DETAIL] if detail else None
-    conn.execute(_INSERT, {"at": now, "principal": principal.name,
+    send(conn, _INSERT, {"at": now, "principal": principal.name,
                            "address": principal.address or None, "action": action,
                            "app_id": app_id, "app_owner": app_owner, "detail": detail})
     log.info("%s from %s: %s%s%s", principal.name, principal.address or "-", action,

@@ -17,7 +17,7 @@ from sqlalchemy.exc import IntegrityError
 
 from cddlm import ns
 from cddlm.application import lifecycle
-from cddlm.application.store import not_waited
+from cddlm.application.store import first_mapping, not_waited, rows, send
 from cddlm.application.tables import (LOCAL_OWNER, applications, components, events, history, hosts,
                                      nonces, views, work)
 
@@ -202,8 +202,8 @@ def lock_app(conn: Connection, app_id: str, *, light: bool = False) -> App | Non
     PostgreSQL always lock in the same order (application, work, components) and never
     deadlock; on SQLite writers are serialised anyway. ``light``: without the ``HEAVY``
     columns (a record of outcomes needs its state, not its component tree of megabytes)."""
-    row = conn.execute(_LOCK_APP_LIGHT if light else _LOCK_APP, {"app_id": app_id}).first()
-    return App(row._mapping, light) if row else None
+    row = first_mapping(conn, _LOCK_APP_LIGHT if light else _LOCK_APP, {"app_id": app_id})
+    return App(row, light) if row is not None else None
 
 
 def app_by_view(conn: Connection | Store, view_id: str, now: float, *,
@@ -264,8 +264,8 @@ def create_app(conn: Connection, now: float, **values: Any) -> App:
     lifecycle event (sequence 1)."""
     values = _encode(dict(values, state=lifecycle.INSTANTIATED, desired=lifecycle.INSTANTIATED,
                           generation=0, created=now, event_seq=1))
-    conn.execute(_INSERT_APP, values)
-    conn.execute(_INSERT_HISTORY, {"app_id": values["id"], "seq": 1, "state": lifecycle.INSTANTIATED,
+    send(conn, _INSERT_APP, values)
+    send(conn, _INSERT_HISTORY, {"app_id": values["id"], "seq": 1, "state": lifecycle.INSTANTIATED,
                                    "at": now, "info": None})
     add_event(conn, values["id"], LIFECYCLE_TOPIC, 1, {
         "ResourceId": values["id"], "name": values.get("name"), "state": lifecycle.INSTANTIATED,
@@ -276,7 +276,7 @@ def create_app(conn: Connection, now: float, **values: Any) -> App:
 
 def update_app(conn: Connection, app_id: str, **values: Any) -> None:
     """(Not waited for on PostgreSQL: the caller holds the row, ``lock_app``.)"""
-    conn.execute(_UPDATE_APP, dict(_encode(values), _app_id=app_id))
+    send(conn, _UPDATE_APP, dict(_encode(values), _app_id=app_id))
 
 
 def count_by_state(conn: Connection, owner: str | None = None) -> dict[str, int]:
@@ -290,13 +290,13 @@ def count_by_state(conn: Connection, owner: str | None = None) -> dict[str, int]
 def delete_app(conn: Connection, app_id: str) -> None:
     # children first, so the order is right on every database
     for statement in _DELETE_APP:
-        conn.execute(statement, {"app_id": app_id})
+        send(conn, statement, {"app_id": app_id})
 
 
 # -- views ------------------------------------------------------------------------------------
 def new_view(conn: Connection, app_id: str, portal: str, now: float) -> View:
     view = View(uuid.uuid4().hex, app_id, portal)
-    conn.execute(_INSERT_VIEW, {"id": view.id, "app_id": app_id, "portal": portal, "created": now})
+    send(conn, _INSERT_VIEW, {"id": view.id, "app_id": app_id, "portal": portal, "created": now})
     return view
 
 
@@ -392,7 +392,7 @@ def record_state(conn: Connection, app: App, state: str, now: float, info: str |
     if termination is not None:
         values["termination_info"] = termination
     update_app(conn, app.id, **values)
-    conn.execute(_INSERT_HISTORY, {"app_id": app.id, "seq": seq, "state": state, "at": now,
+    send(conn, _INSERT_HISTORY, {"app_id": app.id, "seq": seq, "state": state, "at": now,
                                    "info": info})
     payload = {"ResourceId": app.id, "name": app.name, "state": state,
                "previousState": app.state if seq > 1 else None, "timestamp": now, "sequence": seq,
@@ -415,7 +415,7 @@ def add_event(conn: Connection, producer: str, topic: str, seq: int, payload: di
               now: float, owner: str | None = None) -> None:
     """An event in the outbox; ``owner``: the owner of the application an ApplicationCreated
     event announces (only its owner's and administrators' subscriptions hear of it)."""
-    conn.execute(_INSERT_EVENT, {"producer": producer, "topic": topic, "seq": seq,
+    send(conn, _INSERT_EVENT, {"producer": producer, "topic": topic, "seq": seq,
                                  "message": json.dumps(payload, sort_keys=True), "created": now,
                                  "fanned_out": False, "owner": owner})
 
@@ -460,7 +460,7 @@ def get_components_at(conn: Connection, app_id: str, paths: list[str]) -> list[C
 def component_states(conn: Connection, app_id: str) -> list[tuple]:
     """(path, type, parent, position, observed, optional, oneshot) of every component: what
     the planner needs, without decoding any JSON (it runs after every batch of work)."""
-    return [tuple(r) for r in conn.execute(_STATES, {"app_id": app_id})]
+    return rows(conn, _STATES, {"app_id": app_id})
 
 
 def insert_components(conn: Connection, rows: list[dict]) -> None:
@@ -489,7 +489,7 @@ _INTEND_COMPONENTS = not_waited(
 
 def intend_components(conn: Connection, app_id: str, desired: str, generation: int) -> None:
     """Every component of the application is to be ``desired`` (an intent of that generation)."""
-    conn.execute(_INTEND_COMPONENTS, {"_app_id": app_id, "_desired": desired,
+    send(conn, _INTEND_COMPONENTS, {"_app_id": app_id, "_desired": desired,
                                       "_generation": generation})
 
 

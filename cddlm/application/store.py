@@ -683,11 +683,13 @@ def _pipelined(conn: Connection, quiet: bool = False) -> Iterator[None]:
     one that is waited for, rather than a round trip each. Every other statement is waited for
     at once (``_time_statements``: the pipeline is synced), so its rows, its rowcount and its
     error are there as without the pipeline; a deferred INSERT's error (a name in use) comes
-    with the next statement waited for, or at the end of the pipeline (before the COMMIT, so
-    that a failed transaction is rolled back outside it), as SQLAlchemy's error. The BEGIN
-    goes with the first statement. A create's eight round trips (BEGIN, six INSERTs, COMMIT)
-    are two: the end of the pipeline, and the COMMIT. ``quiet``: the changed rows' triggers
-    send no notice (migration 0008: no other process listens)."""
+    with the next statement waited for, or at the end of the pipeline, as SQLAlchemy's error
+    (the COMMIT queued after it is then not run, and the transaction is rolled back). The
+    BEGIN goes with the first statement, the COMMIT with the end of the pipeline, whose answer
+    is waited for before ``write`` returns (SQLAlchemy's commit afterwards finds the driver
+    out of the transaction and sends nothing). A create's eight round trips (BEGIN, six
+    INSERTs, COMMIT) are one. ``quiet``: the changed rows' triggers send no notice (migration
+    0008: no other process listens)."""
     if conn.dialect.name != "postgresql" or not _pipeline_supported():
         yield
         return
@@ -695,13 +697,16 @@ def _pipelined(conn: Connection, quiet: bool = False) -> Iterator[None]:
     try:
         driver = conn.connection.driver_connection
         with driver.pipeline() as pipeline:
-            if quiet:       # (after the BEGIN the driver sends first; not waited for)
-                driver.execute("SET LOCAL cddlm.alone = on")
-            conn.info[PIPELINE] = pipeline
             try:
+                cursor = conn.info[PIPELINE_CURSOR] = driver.cursor()   # ``_on_pipeline``'s too
+                if quiet:       # (after the BEGIN the driver sends first; not waited for)
+                    cursor.execute("SET LOCAL cddlm.alone = on")
+                conn.info[PIPELINE] = pipeline
                 yield
+                cursor.execute("COMMIT")    # answered at the end of the pipeline, just below
             finally:
                 conn.info.pop(PIPELINE, None)
+                conn.info.pop(PIPELINE_CURSOR, None)
     except error as e:     # a deferred statement's, at the end: as SQLAlchemy says it
         raise DBAPIError.instance(None, None, e, error) from None
 
@@ -722,6 +727,114 @@ def not_waited(statement: Any) -> Any:
     out on PostgreSQL with the next statement waited for (``_pipelined``), as an INSERT
     without RETURNING does."""
     return statement.execution_options(cddlm_not_waited=True)
+
+
+def send(conn: Connection, statement: Any, params: dict) -> None:
+    """Execute ``statement`` (an INSERT without RETURNING, or one marked ``not_waited``: its
+    answer read by no one) with ``params`` in ``conn``'s write transaction. On PostgreSQL, in
+    the transaction's pipeline (``_pipelined``), it is handed to the driver directly
+    (``_on_pipeline``) and goes out with the next statement waited for, as through
+    SQLAlchemy; its error comes as it would through SQLAlchemy: with the next statement
+    waited for, or at the end of the pipeline. Elsewhere (SQLite, or in a SAVEPOINT, where
+    each error must be its own statement's): through SQLAlchemy."""
+    if _on_pipeline(conn, statement, params) is None:
+        conn.execute(statement, params)
+
+
+def rows(conn: Connection, statement: Any, params: dict) -> list[Any]:
+    """The rows of a prebuilt SELECT in ``conn``'s transaction, as tuples in the order of its
+    columns. On PostgreSQL, in a write transaction's pipeline, through the driver directly
+    (``_on_pipeline``), waited for at once; elsewhere through SQLAlchemy."""
+    cursor = _on_pipeline(conn, statement, params)
+    if cursor is None:
+        return [tuple(r) for r in conn.execute(statement, params)]
+    sent = time.perf_counter()
+    try:
+        conn.info[PIPELINE].sync()
+        found = cursor.fetchall()
+    except conn.dialect.loaded_dbapi.Error as e:
+        raise DBAPIError.instance(None, None, e, conn.dialect.loaded_dbapi.Error) from None
+    metrics.store_round_trip(time.perf_counter() - sent)
+    return found
+
+
+def first_mapping(conn: Connection, statement: Any, params: dict) -> dict | None:
+    """The first row of a prebuilt SELECT in ``conn``'s transaction as a dict (its columns'
+    names as keys), or None (``rows``)."""
+    found = rows(conn, statement, params)
+    if not found:
+        return None
+    return dict(zip((c.name for c in statement.selected_columns), found[0]))
+
+
+def _on_pipeline(conn: Connection, statement: Any, params: dict) -> Any:
+    """In a write transaction's pipeline (PostgreSQL), ``statement`` executed with ``params``
+    by the driver, on one cursor for the transaction, which is returned; else None (not
+    executed). SQLAlchemy's work per execution (a fresh cursor, its compiled cache, its
+    events, its result's description: about 100 µs) was most of the portal's CPU of such a
+    statement; here it is compiled once for its shape (``_shape``). Not in a SAVEPOINT (each
+    error must be its own statement's there)."""
+    pipeline = conn.info.get(PIPELINE)
+    if pipeline is None or conn.in_nested_transaction():
+        return None
+    shape = _shape(conn.dialect, statement, tuple(params))
+    if shape is None:
+        return None
+    sql, defaults, processors = shape
+    args = {**defaults, **params}
+    for key, process in processors:
+        if args.get(key) is not None:
+            args[key] = process(args[key])
+    cursor = conn.info.get(PIPELINE_CURSOR)
+    if cursor is None:
+        cursor = conn.info[PIPELINE_CURSOR] = conn.connection.driver_connection.cursor()
+    error = conn.dialect.loaded_dbapi.Error
+    try:
+        cursor.execute(sql, args)
+    except error as e:     # an earlier deferred statement's (or this one's), as SQLAlchemy says it
+        raise DBAPIError.instance(sql, args, e, error) from None
+    return cursor
+
+
+PIPELINE_CURSOR = "cddlm_pipeline_cursor"   # Connection.info: ``_on_pipeline``'s cursor
+_SHAPES: dict = {}      # (dialect name, statement, parameter names) -> ``_shape``
+
+
+def _shape(dialect: Any, statement: Any, names: tuple) -> tuple | None:
+    """``statement`` compiled for parameters named ``names``: (its SQL, the values of the
+    bound parameters and the columns' scalar defaults that the parameters do not give, the
+    bind processors to apply), or None when SQLAlchemy must execute it itself (positional or
+    escaped parameters, parameters expanded at execution, a default computed per row, a
+    column whose values SQLAlchemy converts when read)."""
+    key = (dialect.name, statement, names)
+    try:
+        return _SHAPES[key]
+    except KeyError:
+        pass
+    compiled = statement.compile(dialect=dialect, column_keys=list(names))
+    defaults = [(c, c._default_description_tuple) for c in compiled.insert_prefetch] + \
+        [(c, c._onupdate_description_tuple) for c in compiled.update_prefetch]
+    usable = not (compiled.positional or compiled.literal_execute_params
+                  or compiled.post_compile_params or compiled.escaped_bind_names) \
+        and all(is_scalar for _c, (_arg, is_scalar, _call, _sentinel) in defaults) \
+        and not any(_converted_when_read(c.type, dialect)
+                    for c in getattr(statement, "selected_columns", ()))
+    shape = None
+    if usable:
+        values = compiled.construct_params(_check=False)
+        if defaults:    # (an INSERT's or UPDATE's: the getter exists for them only)
+            key_of = compiled._within_exec_param_key_getter
+            values.update((key_of(c), arg) for c, (arg, _s, _call, _sentinel) in defaults)
+        processors = tuple((k, p) for k, p in compiled._bind_processors.items() if p is not None)
+        shape = (compiled.string, values, processors)
+    _SHAPES[key] = shape
+    return shape
+
+
+def _converted_when_read(type_: Any, dialect: Any) -> bool:
+    """Whether SQLAlchemy converts a column of this type when a row is read (its result
+    processor; a float column's is asked of as PostgreSQL sends it, float8)."""
+    return type_._cached_result_processor(dialect, 701) is not None
 
 
 def _deferred(context: Any) -> bool:

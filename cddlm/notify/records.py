@@ -15,7 +15,7 @@ from sqlalchemy import bindparam, delete, func, insert, select, update
 from sqlalchemy.engine import Connection
 
 from cddlm.application import repository as repo
-from cddlm.application.store import not_waited
+from cddlm.application.store import not_waited, send
 from cddlm.application.tables import LOCAL_OWNER, deliveries, events, subscriptions
 from cddlm.notify.parse import SubscribeRequest
 
@@ -121,7 +121,7 @@ _PRODUCER_GONE = not_waited(
 def producer_gone(conn: Connection, app_id: str) -> None:
     """The application is destroyed: its subscriptions deliver what is queued (and its last
     events, which may not be fanned out yet), then ``outbox.expire`` removes them."""
-    conn.execute(_PRODUCER_GONE, {"app_id": app_id})
+    send(conn, _PRODUCER_GONE, {"app_id": app_id})
 
 
 def view_to_name(conn: Connection, app_id: str, recorded: str | None, portal: str,

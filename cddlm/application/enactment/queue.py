@@ -15,7 +15,7 @@ from sqlalchemy import bindparam, case, delete, func, insert, or_, select, tuple
 from sqlalchemy.engine import Connection
 from sqlalchemy.orm import aliased
 
-from cddlm.application.store import not_waited
+from cddlm.application.store import not_waited, rows, send
 from cddlm.application.tables import engines, work
 
 
@@ -54,7 +54,7 @@ def add(conn: Connection, app_id: str, items: list[tuple[str, str]], generation:
 
 
 def queued(conn: Connection, app_id: str) -> set[tuple[str, str]]:
-    return {(p, a) for p, a in conn.execute(_QUEUED, {"app_id": app_id})}
+    return {(p, a) for p, a in rows(conn, _QUEUED, {"app_id": app_id})}
 
 
 _PENDING = select(work.c.id).where(work.c.app_id == bindparam("app_id"),
@@ -68,7 +68,7 @@ def pending(conn: Connection, app_id: str, action: str) -> bool:
 
 def supersede(conn: Connection, app_id: str, generation: int) -> None:
     """A newer intent: drop older items nobody holds (held ones stop at their next step)."""
-    conn.execute(_SUPERSEDE, {"app_id": app_id, "generation": generation})
+    send(conn, _SUPERSEDE, {"app_id": app_id, "generation": generation})
 
 
 # when each item may next be claimed: an unclaimed one when due, a leased one when due and
