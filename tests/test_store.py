@@ -141,6 +141,24 @@ def test_statements_sent_past_sqlalchemy_read_and_write_as_through_it(db_url):
     store.dispose()
 
 
+def test_the_prebuilt_statements_have_a_shape_the_driver_takes(db_url):
+    """``store._shape`` reads SQLAlchemy's compiled statements through parts of SQLAlchemy that
+    are its own: should a release change them, the store falls back to SQLAlchemy (right, but
+    slower) and this test says so. Every statement ``send`` and ``rows`` are given in
+    production compiles to a shape."""
+    from cddlm.application import audit, store as st
+    from cddlm.application.enactment import queue
+    if db_url.startswith("sqlite"):
+        pytest.skip("SQLite statements go through SQLAlchemy (no pipeline)")
+    dialect = make(db_url).engine.dialect
+    statements = {"insert app": (repo._INSERT_APP, None), "insert event": (repo._INSERT_EVENT, None),
+                  "lock app": (repo._LOCK_APP, ("app_id",)), "states": (repo._STATES, ("app_id",)),
+                  "queued": (queue._QUEUED, ("app_id",)), "audit": (audit._INSERT, None)}
+    for what, (statement, names) in statements.items():
+        names = names or tuple(c.key for c in statement.table.columns)     # (an INSERT's)
+        assert st._shape(dialect, statement, names) is not None, what
+
+
 def test_upgrade_from_the_first_schema_keeps_the_data(db_url):
     """A portal database made by revision 0001 upgrades in place (views gain a termination
     time, the name constraint becomes the live-name index)."""

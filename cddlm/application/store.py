@@ -798,6 +798,7 @@ def _on_pipeline(conn: Connection, statement: Any, params: dict) -> Any:
 
 PIPELINE_CURSOR = "cddlm_pipeline_cursor"   # Connection.info: ``_on_pipeline``'s cursor
 _SHAPES: dict = {}      # (dialect name, statement, parameter names) -> ``_shape``
+MAX_SHAPES = 1024
 
 
 def _shape(dialect: Any, statement: Any, names: tuple) -> tuple | None:
@@ -811,6 +812,21 @@ def _shape(dialect: Any, statement: Any, names: tuple) -> tuple | None:
         return _SHAPES[key]
     except KeyError:
         pass
+    if len(_SHAPES) >= MAX_SHAPES:      # (callers pass prebuilt statements: this is a guard)
+        _SHAPES.clear()
+    try:
+        shape = _compile_shape(dialect, statement, names)
+    except (AttributeError, TypeError, ValueError) as e:
+        # the parts of SQLAlchemy used here are its own internals (checked with 2.0 and 2.1):
+        # should a release change them, statements go through SQLAlchemy, slower but right
+        log.warning("statements go through SQLAlchemy: its compiled form is not as expected "
+                    "(%s: %s)", type(e).__name__, e)
+        shape = None
+    _SHAPES[key] = shape
+    return shape
+
+
+def _compile_shape(dialect: Any, statement: Any, names: tuple) -> tuple | None:
     compiled = statement.compile(dialect=dialect, column_keys=list(names))
     defaults = [(c, c._default_description_tuple) for c in compiled.insert_prefetch] + \
         [(c, c._onupdate_description_tuple) for c in compiled.update_prefetch]
@@ -827,7 +843,6 @@ def _shape(dialect: Any, statement: Any, names: tuple) -> tuple | None:
             values.update((key_of(c), arg) for c, (arg, _s, _call, _sentinel) in defaults)
         processors = tuple((k, p) for k, p in compiled._bind_processors.items() if p is not None)
         shape = (compiled.string, values, processors)
-    _SHAPES[key] = shape
     return shape
 
 
