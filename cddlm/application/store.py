@@ -785,9 +785,7 @@ def _on_pipeline(conn: Connection, statement: Any, params: dict) -> Any:
     for key, process in processors:
         if args.get(key) is not None:
             args[key] = process(args[key])
-    cursor = conn.info.get(PIPELINE_CURSOR)
-    if cursor is None:
-        cursor = conn.info[PIPELINE_CURSOR] = conn.connection.driver_connection.cursor()
+    cursor = conn.info[PIPELINE_CURSOR]     # (``_pipelined`` made it with the pipeline)
     error = conn.dialect.loaded_dbapi.Error
     try:
         cursor.execute(sql, args)
@@ -835,15 +833,14 @@ def _compile_shape(dialect: Any, statement: Any, names: tuple) -> tuple | None:
         and all(is_scalar for _c, (_arg, is_scalar, _call, _sentinel) in defaults) \
         and not any(_converted_when_read(c.type, dialect)
                     for c in getattr(statement, "selected_columns", ()))
-    shape = None
-    if usable:
-        values = compiled.construct_params(_check=False)
-        if defaults:    # (an INSERT's or UPDATE's: the getter exists for them only)
-            key_of = compiled._within_exec_param_key_getter
-            values.update((key_of(c), arg) for c, (arg, _s, _call, _sentinel) in defaults)
-        processors = tuple((k, p) for k, p in compiled._bind_processors.items() if p is not None)
-        shape = (compiled.string, values, processors)
-    return shape
+    if not usable:
+        return None
+    values = compiled.construct_params(_check=False)
+    if defaults:    # (an INSERT's or UPDATE's: the getter exists for them only)
+        key_of = compiled._within_exec_param_key_getter
+        values.update((key_of(c), arg) for c, (arg, _s, _call, _sentinel) in defaults)
+    processors = tuple((k, p) for k, p in compiled._bind_processors.items() if p is not None)
+    return compiled.string, values, processors
 
 
 def _converted_when_read(type_: Any, dialect: Any) -> bool:

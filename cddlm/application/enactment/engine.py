@@ -270,11 +270,8 @@ class Engine:
         sent to a host portal carries in its place."""
         with self.store.read() as conn:
             app = repo.get_app(conn, app_id)
-        comp = None
-        if app is not None:
-            comp_path = self.tree(app).split_target(target).component
-            with self.store.read() as conn:
-                comp = repo.get_component(conn, app_id, comp_path)
+            comp = repo.get_component(conn, app_id, self.tree(app).split_target(target).component) \
+                if app is not None else None
         if app is None or comp is None:
             raise ResolutionError("%s names no component" % target, kind="dangling-reference",
                                   path=target)
