@@ -318,6 +318,7 @@ def check(deployment: Deployment, *, limits: Limits | None = None,
     if count == 0 and require_components:
         raise DescriptorError("the descriptor declares no components", kind="empty")
     _check_groups(deployment)
+    deployment.check_references()
     _spread_secrets(deployment)
     return deployment
 

@@ -60,6 +60,10 @@ class Lazy:
 
 Value = Union[str, int, float, bool, list, dict, Lazy, None]
 
+# the kinds of ``ResolutionError`` saying a reference never will have a value (it names no
+# component, a key its value lacks, a loop), where ``unresolved-reference`` says: not yet
+NEVER = frozenset({"dangling-reference", "reference-loop"})
+
 
 class RefTarget(NamedTuple):
     """Where a reference's target points (``Deployment.split_target``): the ``component`` at
@@ -72,10 +76,13 @@ class RefTarget(NamedTuple):
     keys: tuple[str, ...] = ()
 
     def select(self, value: Value, resolve: Callable[[Lazy], Value] | None = None,
-               kind: str = "dangling-reference") -> Value:
+               runtime: bool = False) -> Value:
         """The part of ``value`` (the value named) that ``keys`` select. A lazy value met on the
         way is resolved by ``resolve`` first (None: it cannot be selected into yet). A key that
-        is not there is a ``ResolutionError`` of ``kind`` that says what is there."""
+        is not there is a ``ResolutionError`` that says what is there: a ``dangling-reference``
+        (it never will be), but for an item of a list in a ``runtime`` value, which may still
+        come (the ports a process opens later: ``unresolved-reference``, asked again). A
+        runtime map (or single value) is recorded whole: a key it lacks never comes."""
         where = self.component + "/" + self.name
         for key in self.keys:
             if isinstance(value, Lazy):
@@ -89,8 +96,10 @@ class RefTarget(NamedTuple):
             elif isinstance(value, list) and key.isascii() and key.isdigit() and int(key) < len(value):
                 value = value[int(key)]
             else:
+                growing = runtime and isinstance(value, list)
                 raise ResolutionError("%s does not exist: %s %s" % (self.target, where, _has(value, key)),
-                                      kind=kind, path=self.target)
+                                      kind="unresolved-reference" if growing else "dangling-reference",
+                                      path=self.target)
             where += "/" + key
         return value
 
@@ -213,24 +222,43 @@ class Deployment:
             level = found.children
         return found
 
-    def split_target(self, target: str) -> RefTarget:
+    def split_target(self, target: str, index: Mapping[str, Component] | None = None) -> RefTarget:
         """A reference's target read against this tree: the component is the longest leading
         run of its segments that names a component (leaving at least one), the next segment
         the attribute or runtime value, the rest the keys selecting into that value
         (``w/env/PGPASSWORD``: component ``w``, value ``env``, keys ``PGPASSWORD``).
-        ``ResolutionError`` when no leading segment names a component."""
+        ``ResolutionError`` when no leading segment names a component. ``index``: every
+        component by its path, for many targets read against one tree."""
         parts = [p for p in target.strip("/").split("/") if p]
-        level, cut = self.components, 0
-        for part in parts[:-1]:
-            found = next((c for c in level if c.name == part), None)
-            if found is None:
-                break
+        names = index.__contains__ if index is not None else lambda path: self.find(path) is not None
+        cut = 0
+        while cut < len(parts) - 1 and names("/".join(parts[:cut + 1])):
             cut += 1
-            level = found.children
         if not cut:
             raise ResolutionError("%s names no component" % target, kind="dangling-reference",
                                   path=target)
         return RefTarget(target, "/".join(parts[:cut]), parts[cut], tuple(parts[cut + 1:]))
+
+    def check_references(self) -> None:
+        """Refuse a lazy reference that can never resolve, as far as the tree tells before
+        anything runs: one that names no component, or a key that a value the descriptor gives
+        lacks (``w/env/B`` where w's ``env`` is ``{A: ...}``): a ``ResolutionError`` whose path
+        is where the reference stands, naming its target and the keys there are, never a value. A part that is lazy on the way, and a
+        value the tree does not give (a runtime value: pid, ports ...), are only known on the
+        host: accepted."""
+        index = dict(self.walk())
+        for path, comp in index.items():
+            for name, value in comp.attributes.items():
+                for where, ref in _references(value, path + "/" + name):
+                    try:
+                        at = self.split_target(ref.target, index)
+                        given = index[at.component].attributes.get(at.name)
+                        if given is not None:
+                            at.select(given)
+                    except ResolutionError as e:
+                        if e.kind not in NEVER:
+                            continue        # a lazy value on the way: known on its host
+                        raise ResolutionError(e.message, kind=e.kind, path=where) from None
 
     def count(self) -> int:
         return sum(1 for _ in self.walk())
@@ -313,6 +341,20 @@ def strings_of(v: Any) -> Iterator[str]:
     elif isinstance(v, dict):
         for x in v.values():
             yield from strings_of(x)
+
+
+def _references(v: Value, path: str) -> Iterator[tuple[str, Lazy]]:
+    """The lazy references in a value, each with the path of the value it stands for (a
+    map's key after its map's path; a list's items stand for the list)."""
+    if isinstance(v, Lazy):
+        if v.kind == "ref":
+            yield path, v
+    elif isinstance(v, list):
+        for x in v:
+            yield from _references(x, path)
+    elif isinstance(v, dict):
+        for k, x in v.items():
+            yield from _references(x, path + "/" + str(k))
 
 
 def has_lazy(v: Value) -> bool:

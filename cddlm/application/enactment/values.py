@@ -107,8 +107,9 @@ class HostValues:
                                       kind="unresolved-reference", path=target)
             raise ResolutionError("%s has no value yet on host %s" % (target, self.host),
                                   kind="unresolved-reference", path=target)
-        # a runtime value may still gain the part (a port opened later): asked again
-        return at.select(value, kind="unresolved-reference")
+        # a runtime list may still gain the item (a port opened later): asked again; a key a
+        # runtime map lacks never comes (recorded whole)
+        return at.select(value, runtime=True)
 
     # -- any value -----------------------------------------------------------------------------
     def value(self, v: Any, seen: frozenset = frozenset()) -> Any:
