@@ -44,7 +44,9 @@ initialize, run, terminate or destroy; silence, refusals, garbage, answers too l
 saying "not now" (502, 503, 504: a proxy or balancer in front of it; the lease judges, a brief
 outage fails nothing), while a delegate's portal answering one refuses at once; a
 ``ResourceUnavailableFault`` (a busy host portal's "not now") likewise; a sub-application
-the portal does not know becomes ``Gone``.
+the portal does not know becomes ``Gone``; a ``ResolutionFault`` answering a resolve becomes
+a ``ResolutionError``: "none yet", unless its ``api:kind`` says it never will be
+(``resolution_error``).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from cddlm.application.hosts import Host
 from cddlm.config import Settings
 from cddlm.errors import Busy, ConfigurationError, RemoteFault, ResolutionError, UnsupportedLanguage
 from cddlm.lang import registry
+from cddlm.lang.model import NEVER
 from cddlm.transport import Reply
 
 KEYS = {"user", "password", "token", "ca_file", "client_cert", "client_key",
@@ -177,6 +180,17 @@ def known_version(language: str) -> str | None:
 NOT_NOW = frozenset({502, 503, 504})
 
 
+def resolution_error(fault: client.PortalFault, path: str) -> ResolutionError:
+    """Another portal's ``ResolutionFault`` about ``path`` as this portal would raise it: of the
+    kind its ``api:kind`` says when that kind never resolves (``NEVER``: a key its value lacks,
+    a loop), else ``unresolved-reference``, "none yet" (so is every fault of a portal that
+    writes no kind); its reason from the ``Description`` (the faultstring adds kind and path)."""
+    said = fault.detail if fault.detail is not None else etree.Element("none")
+    kind = (said.findtext("{%s}kind" % ns.API) or "").strip()
+    reason = (said.findtext("{%s}Description" % ns.WSRF_BF) or "").strip() or fault.message
+    return ResolutionError(reason, kind=kind if kind in NEVER else "unresolved-reference", path=path)
+
+
 class ClientHostPortal:
     """Another portal through ``cddlm.client`` (no failover: a host portal stands alone);
     ``host``: a datacenter's host portal, whose "not now" pages are silence under the lease
@@ -277,15 +291,15 @@ class ClientHostPortal:
         self._do(lambda: self._app(ref).subscribe(consumer, termination=None))
 
     def resolve(self, ref: Ref, path: str) -> Any:
-        """The value there; the portal's ``ResolutionFault`` (no such value, none yet) as
-        ``ResolutionError``, as this portal would answer it."""
+        """The value there; the portal's ``ResolutionFault`` as ``ResolutionError``
+        (``resolution_error``)."""
         def ask() -> Any:
             try:
                 return self._app(ref).resolve(path)
             except client.PortalFault as e:
                 if e.fault != "ResolutionFault":
                     raise
-                raise ResolutionError(e.message, kind="unresolved-reference", path=path) from None
+                raise resolution_error(e, path) from None
         return self._do(ask, read=True)
 
     def logs(self, ref: Ref, path: str, stream: str, lines: int | None, offset: int | None) -> dict:

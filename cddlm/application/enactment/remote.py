@@ -51,7 +51,7 @@ from cddlm.application.tables import agents, applications, components, delegatio
 from cddlm.config import Settings
 from cddlm.errors import CddlmError, HostUnreachable, RemoteFault, ResolutionError
 from cddlm.lang import native
-from cddlm.lang.model import Component, Deployment, Lazy, has_lazy
+from cddlm.lang.model import NEVER, Component, Deployment, Lazy, has_lazy
 
 log = logging.getLogger(__name__)
 
@@ -619,7 +619,8 @@ class RemoteRunner:
         too, which its host portal does not return); a runtime value of a component another
         host portal runs, through its ``resolve``, or of one this portal runs on a host of its
         own, from its record; ``Later`` while it has none yet (for at most ``FOREIGN_WAIT``
-        seconds)."""
+        seconds), a ``ResolutionError`` at once when that record says it never will (``NEVER``:
+        a key its value lacks, a loop), naming the reference and the host."""
         at = shape.tree.split_target(target)
         comp_path = at.component
         given = shape.tree.find(comp_path).attributes.get(at.name)
@@ -650,10 +651,12 @@ class RemoteRunner:
                     raise RemoteFault("%s is not delegated yet" % comp_path)
                 value = peer.portal().resolve(Ref(row.address, row.resource_id or ""), target)
         except (CddlmError, AgentUnreachable, Gone) as e:
-            if isinstance(e, ResolutionError) and e.kind in ("dangling-reference", "reference-loop"):
-                # this portal's own record says it never will be (a key not there, a loop)
+            if isinstance(e, ResolutionError) and e.kind in NEVER:
+                # the record of the host that runs it says it never will be (a key not there,
+                # a loop): the share fails now, not after FOREIGN_WAIT
                 self._waiting.pop(token, None)
-                raise
+                raise ResolutionError("%s never has a value (host %s): %s" % (target, where, e.message),
+                                      kind=e.kind, path=target) from None
             since = self._waiting.setdefault(token, time.monotonic())
             if time.monotonic() - since > FOREIGN_WAIT:
                 raise RemoteFault("%s has no value after %.0f s: %s" % (target, FOREIGN_WAIT, e)) from None
