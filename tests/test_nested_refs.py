@@ -1,12 +1,13 @@
 """References into nested values (``w/env/KEY``, ``w/argv/0``) on one live portal: a HOT
 ``get_attr: [w, env, KEY]`` and a native ``<ref path="w/env/KEY" lazy="true"/>`` give the
 component that holds them the value (read in its environment), ``cddlm resolve`` and the SOAP
-``resolve`` answer them (a secret one hidden), and a key that is not there is a clear error,
-from resolve and for the component that needs it."""
+``resolve`` answer them (a secret one hidden), and a key that is not there is a clear error:
+from resolve, and at initialize for a reference to a key a value the descriptor gives lacks
+(which changes nothing)."""
 
 from __future__ import annotations
 
-import time
+import sqlite3
 
 import pytest
 
@@ -131,19 +132,43 @@ def test_a_key_that_is_not_there_is_a_clear_resolution_fault(live, tmp_path):
         cddlm("terminate", "nested-keys", portal=live.url, check=False)
 
 
-def test_a_component_whose_reference_names_a_missing_key_fails_saying_which(live, tmp_path):
+def rows_of(live, app_id: str) -> int:
+    """The component rows the portal's store holds for the application (its SQLite file)."""
+    with sqlite3.connect("file:%s?mode=ro" % (live.state_dir / "portal.db"), uri=True) as db:
+        return db.execute("SELECT count(*) FROM components WHERE app_id = ?", (app_id,)).fetchone()[0]
+
+
+@pytest.mark.parametrize("language, text, says", [
+    (ns.NATIVE, MISSING, "x/env/GOT: w/env/NOPE does not exist: w/env has no key NOPE (keys: KEY, OTHER)"),
+    (ns.HOT, HOT.replace("[w, env, KEY]", "[w, env, NOPE]"),
+     "x/env/GOT: w/env/NOPE does not exist: w/env has no key NOPE (keys: KEY, OTHER, PGPASSWORD)"),
+])
+def test_initialize_refuses_a_lazy_reference_to_a_key_a_given_value_lacks(live, language, text, says):
+    app = Portal(live.url, failover=False).create()
+    try:
+        with pytest.raises(PortalFault) as e:
+            app.initialize(language, text=text, properties={"pw": SECRET})
+        assert e.value.fault == "ResolutionFault", e.value
+        assert says in str(e.value) and SECRET not in str(e.value)
+        assert e.value.detail.findtext("{%s}kind" % ns.API) == "dangling-reference"
+        assert e.value.detail.findtext("{%s}path" % ns.API) == "x/env/GOT"
+        # nothing changed: still instantiated, no component recorded, and a right descriptor
+        # is taken after it
+        assert app.ping()["state"] == "instantiated"
+        assert app.components() == [] and rows_of(live, app.reference.resource_id) == 0
+        app.initialize(language, text=text.replace("NOPE", "OTHER"), properties={"pw": SECRET})
+        assert app.wait_for("initialized", timeout=30) == "initialized"
+    finally:
+        app.terminate()
+
+
+def test_cddlm_lang_resolve_and_deploy_refuse_it_before_asking_a_portal(live, tmp_path):
     path = tmp_path / "missing.xml"
     path.write_text(MISSING)
-    r = cddlm("deploy", str(path), "--name", "nested-missing", "--settle", "0", portal=live.url,
-              check=False)
-    try:
-        assert r.returncode != 0
-        app = Portal(live.url, failover=False).lookup("nested-missing")
-        deadline = time.monotonic() + 30
-        while app.ping()["state"] != "failed":
-            assert time.monotonic() < deadline, app.ping()
-            time.sleep(0.1)
-        status = cddlm("status", "nested-missing", portal=live.url, check=False).stdout
-        assert "w/env has no key NOPE (keys: KEY, OTHER)" in status, status
-    finally:
-        cddlm("terminate", "nested-missing", portal=live.url, check=False)
+    for argv in (("lang", "resolve", str(path)), ("deploy", str(path), "--name", "nested-missing")):
+        r = cddlm(*argv, portal=live.url, check=False)
+        assert r.returncode == 1, r
+        assert "x/env/GOT: w/env/NOPE does not exist: w/env has no key NOPE (keys: KEY, OTHER)" \
+            in r.stderr, r.stderr
+    with pytest.raises(PortalFault):
+        Portal(live.url, failover=False).lookup("nested-missing")      # never created
