@@ -81,8 +81,9 @@ class RefTarget(NamedTuple):
         way is resolved by ``resolve`` first (None: it cannot be selected into yet). A key that
         is not there is a ``ResolutionError`` that says what is there: a ``dangling-reference``
         (it never will be), but for an item of a list in a ``runtime`` value, which may still
-        come (the ports a process opens later: ``unresolved-reference``, asked again). A
-        runtime map (or single value) is recorded whole: a key it lacks never comes."""
+        come (the ports a process opens later: ``unresolved-reference``, asked again; so for an
+        empty text, which is how another portal answers an empty list). A runtime map (or a
+        single value) is recorded whole: a key it lacks never comes."""
         where = self.component + "/" + self.name
         for key in self.keys:
             if isinstance(value, Lazy):
@@ -96,7 +97,7 @@ class RefTarget(NamedTuple):
             elif isinstance(value, list) and key.isascii() and key.isdigit() and int(key) < len(value):
                 value = value[int(key)]
             else:
-                growing = runtime and isinstance(value, list)
+                growing = runtime and (isinstance(value, list) or value == "")
                 raise ResolutionError("%s does not exist: %s %s" % (self.target, where, _has(value, key)),
                                       kind="unresolved-reference" if growing else "dangling-reference",
                                       path=self.target)

@@ -12,7 +12,8 @@ import time
 import pytest
 
 from cddlm.application.enactment.remote import FOREIGN_WAIT
-from cddlm.client import PortalFault
+from cddlm import ns
+from cddlm.client import Portal, PortalFault
 from tests.multihost.test_delegation import environ, host_portal_client
 from tests.multihost.test_references import cluster, deployed  # noqa: F401 (the fixture)
 
@@ -94,29 +95,73 @@ def test_nested_references_cross_hosts_both_ways(cluster):  # noqa: F811
         app.wait_for("terminated", timeout=60)
 
 
-@pytest.mark.parametrize("target, says", [
-    # a key a value the descriptor gave does not have: the front sees it in the tree
-    ("app/first/cfg/env/NOPE", "app/first/cfg/env has no key NOPE (keys: KEY, PASS, WHERE)"),
+def test_a_reference_to_a_key_a_given_value_lacks_is_refused_at_initialize(cluster):  # noqa: F811
+    # the front sees it in the tree: nothing is sent to a host portal
+    app = Portal(cluster.front.url, failover=False).create()
+    try:
+        with pytest.raises(PortalFault) as e:
+            app.initialize(ns.NATIVE, text=NESTED.replace("app/first/cfg/env/KEY", "app/first/cfg/env/NOPE"))
+        assert e.value.fault == "ResolutionFault"
+        assert "app/second/peer/env/FROM_F1: app/first/cfg/env/NOPE does not exist: " \
+               "app/first/cfg/env has no key NOPE (keys: KEY, PASS)" in str(e.value), e.value
+        assert SECRET not in str(e.value)
+        assert app.ping()["state"] == "instantiated" and app.components() == []
+        assert not [s for s in host_portal_client(cluster.hosts[0]).applications()]
+    finally:
+        app.terminate()
+
+
+# (a lazy property in a map the descriptor gives: the front cannot select into it; only the host
+# that runs the component knows it is a single value)
+WHERE = ('<item name="KEY">f1-key</item><item name="WHERE"><property name="cfg.where" lazy="true" '
+         'default="on-f1"/></item>')
+
+
+@pytest.mark.parametrize("target, host, says", [
     # a key of a value known only on f1 (a lazy property): the front's own record says it
-    # never will be, at once (not after waiting for it as for a value still to come)
-    ("app/first/cfg/env/WHERE/deeper", "app/first/cfg/env/WHERE is a single value"),
+    # never will be
+    ("app/first/cfg/env/WHERE/deeper", "f1", "app/first/cfg/env/WHERE is a single value"),
+    # a key of a value known only on h1: h1's portal says so (its ResolutionFault's kind), and
+    # the share fails at once, not after FOREIGN_WAIT
+    ("app/first/db/env/ONLY_ON_H1/deeper", "h1", "app/first/db/env/ONLY_ON_H1 is a single value"),
 ])
-def test_a_reference_to_a_missing_key_on_another_host_fails_the_component_saying_which(
-        cluster, target, says):  # noqa: F811
-    text = NESTED.replace("app/first/cfg/env/KEY", target).replace(
-        '<item name="KEY">f1-key</item>',
-        '<item name="KEY">f1-key</item><item name="WHERE"><property name="cfg.where" lazy="true" '
-        'default="on-f1"/></item>')
+def test_a_reference_to_a_key_a_value_known_on_its_host_lacks_fails_the_share_at_once(
+        cluster, target, host, says):  # noqa: F811
+    text = NESTED.replace("app/first/cfg/env/KEY", target).replace('<item name="KEY">f1-key</item>', WHERE)
     app = deployed(cluster, text)
     try:
         started = time.monotonic()
         assert app.wait_for("running", timeout=90) == "failed", app.ping()
-        assert time.monotonic() - started < FOREIGN_WAIT
+        took = time.monotonic() - started
         peer = {c["path"]: c for c in app.components()}["app/second/peer"]
         assert peer["state"] == "failed"
-        assert says in peer["info"], peer
+        assert "host %s says %s does not exist: %s" % (host, target, says) in peer["info"], peer
         assert "has no value after" not in peer["info"], peer
+        # (deploying the first stage and starting it included: a few seconds, not FOREIGN_WAIT)
+        assert took < FOREIGN_WAIT / 4, took
     finally:
         app.terminate()
         app.wait_for("terminated", timeout=60)
 
+
+# db's port opens seconds after it runs: the second stage's share on h1 waits for it (h1's portal
+# says "none yet") and is sent with it then
+LATE = ('<application xmlns="urn:cddlm:lang:components:1"><component name="app" type="sequence">'
+        '<component name="first" type="compound"><component name="db" type="process">'
+        '<attribute name="argv"><item>sh</item><item>-c</item><item>sleep 3; exec python3 -m '
+        'http.server 0 --bind 127.0.0.1</item></attribute><attribute name="host">h1</attribute>'
+        '</component></component><component name="second" type="compound">%s</component>'
+        '</component></application>') % process("peer", "h1", {"DB_PORT": ref("app/first/db/ports/0")})
+
+
+def test_a_reference_to_a_value_that_comes_later_on_another_host_is_waited_for(cluster):  # noqa: F811
+    app = deployed(cluster, LATE)
+    try:
+        assert app.wait_for("running", timeout=90) == "running", app.ping()
+        on_h1 = {c["path"]: c for s in host_portal_client(cluster.hosts[0]).applications()
+                 for c in s.components() if c["pid"]}
+        got = environ(on_h1["app/second/peer"]["pid"])
+        assert got[b"DB_PORT"].decode() in app.resolve("app/first/db/ports")
+    finally:
+        app.terminate()
+        app.wait_for("terminated", timeout=60)

@@ -139,6 +139,9 @@ def test_a_runtime_list_may_still_gain_an_item_but_a_runtime_map_never_gains_a_k
     with pytest.raises(ResolutionError) as e:
         RefTarget("w/ports/1", "w", "ports", ("1",)).select([8080], runtime=True)
     assert e.value.kind == "unresolved-reference"
+    with pytest.raises(ResolutionError) as e:   # an empty list, as another portal answers it
+        RefTarget("w/ports/0", "w", "ports", ("0",)).select("", runtime=True)
+    assert e.value.kind == "unresolved-reference"
     with pytest.raises(ResolutionError) as e:
         RefTarget("w/pid/0", "w", "pid", ("0",)).select(4242, runtime=True)
     assert e.value.kind == "dangling-reference"

@@ -655,8 +655,9 @@ class RemoteRunner:
                 # the record of the host that runs it says it never will be (a key not there,
                 # a loop): the share fails now, not after FOREIGN_WAIT
                 self._waiting.pop(token, None)
-                raise ResolutionError("%s never has a value (host %s): %s" % (target, where, e.message),
-                                      kind=e.kind, path=target) from None
+                reason = e.message if e.message.startswith(target) else "%s: %s" % (target, e.message)
+                raise ResolutionError("host %s says %s" % (where, reason), kind=e.kind,
+                                      path=target) from None
             since = self._waiting.setdefault(token, time.monotonic())
             if time.monotonic() - since > FOREIGN_WAIT:
                 raise RemoteFault("%s has no value after %.0f s: %s" % (target, FOREIGN_WAIT, e)) from None
