@@ -94,14 +94,6 @@ resources:
 """
 
 
-def test_a_hot_get_attr_to_a_missing_key_is_refused():
-    assert resolved(HOT % "A", ns.HOT).deployment.find("r").attributes["env"] == \
-        {"X": Lazy("ref", "w/env/A")}
-    with pytest.raises(ResolutionError) as e:
-        resolved(HOT % "B", ns.HOT)
-    assert e.value.path == "r/env/X" and "w/env has no key B (keys: A)" in e.value.message
-
-
 CDL = CDL_HEAD + LIBRARY_IMPORT + """<cdl:configuration/><cdl:system>
   <w cdl:extends="cmp:process"><argv><item>sleep</item></argv><env><A>1</A></env></w>
   <r cdl:extends="cmp:process"><argv><item>sleep</item></argv>
@@ -109,11 +101,12 @@ CDL = CDL_HEAD + LIBRARY_IMPORT + """<cdl:configuration/><cdl:system>
 </cdl:system></cdl:cdl>"""
 
 
-def test_a_cdl_lazy_reference_to_a_missing_key_is_refused():
-    assert resolved(CDL % "A", ns.CDL).deployment.find("r").attributes["env"] == \
+@pytest.mark.parametrize("language, text", [(ns.HOT, HOT), (ns.CDL, CDL)])
+def test_a_hot_get_attr_or_a_cdl_lazy_reference_to_a_missing_key_is_refused(language, text):
+    assert resolved(text % "A", language).deployment.find("r").attributes["env"] == \
         {"X": Lazy("ref", "w/env/A")}
     with pytest.raises(ResolutionError) as e:
-        resolved(CDL % "B", ns.CDL)
+        resolved(text % "B", language)
     assert e.value.path == "r/env/X" and "w/env has no key B (keys: A)" in e.value.message
 
 
