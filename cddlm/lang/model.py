@@ -231,9 +231,16 @@ class Deployment:
         ``ResolutionError`` when no leading segment names a component. ``index``: every
         component by its path, for many targets read against one tree."""
         parts = [p for p in target.strip("/").split("/") if p]
-        names = index.__contains__ if index is not None else lambda path: self.find(path) is not None
-        cut = 0
-        while cut < len(parts) - 1 and names("/".join(parts[:cut + 1])):
+        level, cut = self.components, 0
+        for part in parts[:-1]:
+            if index is not None:
+                if "/".join(parts[:cut + 1]) not in index:
+                    break
+            else:
+                found = next((c for c in level if c.name == part), None)
+                if found is None:
+                    break
+                level = found.children
             cut += 1
         if not cut:
             raise ResolutionError("%s names no component" % target, kind="dangling-reference",
@@ -244,9 +251,9 @@ class Deployment:
         """Refuse a lazy reference that can never resolve, as far as the tree tells before
         anything runs: one that names no component, or a key that a value the descriptor gives
         lacks (``w/env/B`` where w's ``env`` is ``{A: ...}``): a ``ResolutionError`` whose path
-        is where the reference stands, naming its target and the keys there are, never a value. A part that is lazy on the way, and a
-        value the tree does not give (a runtime value: pid, ports ...), are only known on the
-        host: accepted."""
+        is where the reference stands, naming its target and the keys there are (never a
+        value). A part that is lazy on the way, and a value the tree does not give (a runtime
+        value: pid, ports ...), are only known on the host: accepted."""
         index = dict(self.walk())
         for path, comp in index.items():
             for name, value in comp.attributes.items():

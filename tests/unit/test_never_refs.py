@@ -180,3 +180,19 @@ def test_a_portal_that_writes_no_kind_is_waited_for_as_before():
     for detail in (bare, None):
         e = resolution_error(PortalFault("ResolutionFault", "no such value", detail), "w/x")
         assert (e.kind, e.message) == ("unresolved-reference", "no such value")
+
+
+@pytest.mark.parametrize("target", ["w/port", "site/web/env/X/Y", "w/child", "w/child/env/P", "w/env/A",
+                                    "nope/port", "w", "site/web"])
+def test_a_target_reads_the_same_by_path_index_as_by_walking_the_tree(target):
+    t = Deployment([Component("w", "process", {}, [Component("child", "process")]),
+                    Component("site", "compound", {}, [Component("web", "process")])])
+    index = dict(t.walk())
+    try:
+        walked = t.split_target(target)
+    except ResolutionError as e:
+        with pytest.raises(ResolutionError) as by_index:
+            t.split_target(target, index)
+        assert (by_index.value.kind, by_index.value.message) == (e.kind, e.message)
+    else:
+        assert t.split_target(target, index) == walked
