@@ -104,7 +104,8 @@ def cmd_status(args: argparse.Namespace) -> int:
             (c["path"], c["type"], c["state"], c["host"], c["pid"],
              ",".join(str(p) for p in c["ports"]),
              output.clip(("waiting for " + output.waiting(c)) if c.get("waitingFor") else
-                         (c["info"] if c["state"] in ("failed", "stopped") or c["restarts"] else None),
+                         (c["info"] if c["state"] in ("failed", "stopping", "stopped")
+                          or c["restarts"] else None),
                          NOTE_WIDTH))
             + ((c.get("subApplicationId"),) if subs else ())
             for c in d["components"]])
