@@ -501,8 +501,9 @@ class Portal:
 
     def summary(self) -> dict:
         """What a starting portal says about itself: its store (password hidden), its hosts,
-        and the running components of its local hosts it re-adopted."""
-        from sqlalchemy import func, select
+        and the running processes it re-adopted: its local hosts' (by pid), and those that other
+        hosts run for it (host portals, SSH, Slurm), which it follows again as well."""
+        from sqlalchemy import func, or_, select
         from sqlalchemy.engine import make_url
         from cddlm.application import repository as repo
         from cddlm.application.enactment import states
@@ -511,8 +512,10 @@ class Portal:
         with self.store.read() as conn:
             running, apps = conn.execute(
                 select(func.count(), func.count(components.c.app_id.distinct()))
-                .where(components.c.observed == states.RUNNING, components.c.pid.is_not(None),
-                       components.c.host.in_(local))).one()
+                .where(components.c.observed == states.RUNNING,
+                       or_(components.c.host.in_(local) & components.c.pid.is_not(None),
+                           components.c.host.not_in(local) & (components.c.type == "process")))
+            ).one()
             down = repo.down_hosts(conn)
         return {"store": make_url(self.settings.database_url).render_as_string(hide_password=True),
                 "hosts": [{"name": h.name, "agent": h.agent, "down": h.name in down}
