@@ -36,8 +36,10 @@ def test_a_killed_portal_is_started_again_and_ctrl_c_closes_the_hosts(tmp_path):
             tour.wait()
     assert tour.returncode == 0, err
     assert out.decode().splitlines()[-1] == "hosts closed"
+    said = err.decode().splitlines()
     assert ("the portal was killed (SIGKILL): starting it again, as a supervisor would; the hosts "
-            "stay (Ctrl-C stops everything)") in err.decode().splitlines()
+            "stay (Ctrl-C stops everything)") in said
+    assert said[-1] == "removing the test hosts, and what runs on them"
 
 
 def portal_pid(parent: int) -> int:

@@ -36,4 +36,5 @@ def serve(options: list[str], close: Callable[[], None], env: dict | None = None
         return 0
     finally:
         signal.signal(signal.SIGINT, signal.SIG_IGN)     # a second Ctrl-C: the hosts go all the same
+        print("removing the test hosts, and what runs on them", file=sys.stderr, flush=True)
         close()
