@@ -8,6 +8,7 @@ notification machinery, the users and the authenticator, the SOAP endpoints and 
 
 from __future__ import annotations
 
+import datetime
 import fcntl
 import gc
 import ipaddress
@@ -419,8 +420,11 @@ class Portal:
                                    seconds=max(0.5, self.settings.fence_seconds / 4), id="fence",
                                    max_instances=1, coalesce=True)
         if self.agents is not None:
+            # the first round at once: a host marked down before a restart is asked about now,
+            # not a lease/4 later (placement avoids it meanwhile)
             self.scheduler.add_job(self.check_agents, "interval", seconds=self.agents.interval(),
-                                   id="agents", max_instances=1, coalesce=True)
+                                   id="agents", max_instances=1, coalesce=True,
+                                   next_run_time=datetime.datetime.now(datetime.timezone.utc))
         ssh = [n for n, r in self.engine.runners.items() if isinstance(r, SshRunner)]
         if ssh and self.settings.ssh_liveness < self.settings.liveness_interval:
             # no watcher reports an SSH host's exits: a pass over those hosts alone, more often

@@ -108,6 +108,23 @@ def test_a_killed_host_portal_is_unreachable_within_two_leases_and_readopted_whe
     assert all(host_portal_client(h).applications() == [] for h in cluster.hosts)
 
 
+def test_a_host_marked_down_before_a_restart_is_asked_about_at_once(tmp_path):
+    """The front stopped while a host portal was down, the host portal back, the front started
+    again: its host monitor asks at once, not a lease/4 later (make cluster's tour: a deploy
+    right after the start was refused, the placement short of a host still marked down)."""
+    with MultiHost(tmp_path, n=2, lease=3.0) as cluster:
+        victim = cluster.hosts[0]
+        victim.kill()
+        front = Portal(cluster.front.url, failover=False)
+        assert wait_until(lambda: {h["name"]: h for h in front.hosts()}[victim.name]["down"],
+                          4 * cluster.lease)
+        cluster.front.stop()
+        victim.start()
+        cluster.lease = 40.0            # its rounds every 10 s: the first one is at the start
+        front = Portal(cluster.start_front().url, failover=False)
+        assert wait_until(lambda: not {h["name"]: h for h in front.hosts()}[victim.name]["down"], 4)
+
+
 def test_a_terminate_asked_during_a_partition_completes_after_it_heals(cluster):
     if cluster.netns is None:
         pytest.skip("a partition needs network namespaces (not root, or no iproute2)")
