@@ -14,6 +14,7 @@ from lxml import etree
 
 from cddlm import ns
 from cddlm.client import Portal
+from tests.cli.helpers import cddlm
 from tests.multihost.cluster import MultiHost
 from tests.multihost.test_delegation import host_portal_client, spread
 from tests.netns import wait_until
@@ -96,6 +97,12 @@ def test_a_killed_host_portal_is_unreachable_within_two_leases_and_readopted_whe
     assert "host %s" % victim.name in info["reason"] and "unreachable" in info["reason"], info
     hosts = {h["name"]: h for h in front.hosts()}
     assert hosts[victim.name]["down"]
+    # cddlm status: the component's note says why, and leaves the sub-application to its column
+    failed = next(c for c in app.components() if c["host"] == victim.name)
+    row = next(line for line in cddlm("status", app.id, portal=cluster.front.url).stdout.splitlines()
+               if line.startswith(failed["path"] + " "))
+    assert "host %s is down: unreachable since " % victim.name in row and "(sub-" not in row, row
+    assert row.rstrip().endswith(failed["subApplicationId"]), row
     # its components keep running meanwhile (a kubelet's choice: no fencing by default)
     assert all(alive(p) for p in pids.values())
     app.terminate("done")
