@@ -43,11 +43,13 @@ for i in 1 2 3; do
     SUBST="$SUBST -e s|//127.0.0.$((i + 1)):1848$i/|//127.0.0.$((i + 1)):$port/|"
 done
 # every host portal ready (its "portal ready at" line) before the front starts; one that exits
-# (its port taken ...) says why, and the others stop
+# (its port taken ...) or is not ready within a minute says why, and the others stop
+waited=0
 for i in 1 2 3; do
     pid=$(echo $PIDS | cut -d' ' -f$i)
     until grep -q "^portal ready at " "$STATE/h$i/out.log" 2>/dev/null; do
-        if ! kill -0 "$pid" 2>/dev/null; then
+        waited=$((waited + 1))
+        if ! kill -0 "$pid" 2>/dev/null || [ $waited -gt 600 ]; then
             echo "host portal h$i did not start ($STATE/h$i/out.log):" >&2
             tail -n 3 "$STATE/h$i/out.log" >&2
             if grep -q "already in use" "$STATE/h$i/out.log"; then
