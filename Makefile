@@ -15,10 +15,11 @@ help:
 	@echo "make test [ARGS='tests/web -x'] [WORKERS=4]  the tests (pytest ARGS), in parallel workers, then a serial part"
 	@echo "make test-fast [ARGS=...]            unit and component tests only (the edit-test loop)"
 	@echo "make soak [EXAMPLES=500]             the property tests at length"
-	@echo "make cluster [FRONT_PORT=8080] [STATE=/tmp/cddlm-cluster]"
-	@echo "                                     three host portals on 127.0.0.2-4 and a front portal on"
-	@echo "                                     127.0.0.1:FRONT_PORT, their state (and agents.toml) under STATE;"
-	@echo "                                     point the CLI at another FRONT_PORT with --portal or \$$CDDLM_PORTAL"
+	@echo "make cluster [FRONT_PORT=8080] [STATE=/tmp/cddlm-cluster] [HOST_PORT=18481]"
+	@echo "                                     three host portals on 127.0.0.2-4 (ports HOST_PORT to HOST_PORT+2)"
+	@echo "                                     and a front portal on 127.0.0.1:FRONT_PORT, their state (and"
+	@echo "                                     agents.toml) under STATE; Ctrl-C stops them all; point the CLI"
+	@echo "                                     at another FRONT_PORT with --portal or \$$CDDLM_PORTAL"
 	@echo "make ssh-cluster | slurm-cluster [FRONT_PORT=8080]   the same over SSH or Slurm (root)"
 	@echo "make docs                            the reference in site/"
 	@echo "make clean                           remove .venv, cddlm-state, site"
@@ -66,8 +67,9 @@ EXAMPLES ?= 500
 soak: install
 	CDDLM_HYPOTHESIS_PROFILE=soak CDDLM_SOAK_EXAMPLES=$(EXAMPLES) $(BIN)/python -m pytest tests/property -p no:cacheprovider $(ARGS)
 
-# three host portals on 127.0.0.2-4 and a front portal on 127.0.0.1:$FRONT_PORT (8080) delegating to
-# them, their state under $STATE (/tmp/cddlm-cluster) (docs/multihost.md)
+# three host portals on 127.0.0.2-4 (ports $HOST_PORT, 18481, to +2) and a front portal on
+# 127.0.0.1:$FRONT_PORT (8080) delegating to them, their state under $STATE (/tmp/cddlm-cluster)
+# (docs/multihost.md)
 cluster: install
 	examples/multihost/cluster.sh
 

@@ -8,6 +8,7 @@ notification machinery, the users and the authenticator, the SOAP endpoints and 
 
 from __future__ import annotations
 
+import datetime
 import fcntl
 import gc
 import ipaddress
@@ -419,8 +420,11 @@ class Portal:
                                    seconds=max(0.5, self.settings.fence_seconds / 4), id="fence",
                                    max_instances=1, coalesce=True)
         if self.agents is not None:
+            # the first round at once: a host marked down before a restart is asked about now,
+            # not a lease/4 later (placement avoids it meanwhile)
             self.scheduler.add_job(self.check_agents, "interval", seconds=self.agents.interval(),
-                                   id="agents", max_instances=1, coalesce=True)
+                                   id="agents", max_instances=1, coalesce=True,
+                                   next_run_time=datetime.datetime.now(datetime.timezone.utc))
         ssh = [n for n, r in self.engine.runners.items() if isinstance(r, SshRunner)]
         if ssh and self.settings.ssh_liveness < self.settings.liveness_interval:
             # no watcher reports an SSH host's exits: a pass over those hosts alone, more often
@@ -501,8 +505,9 @@ class Portal:
 
     def summary(self) -> dict:
         """What a starting portal says about itself: its store (password hidden), its hosts,
-        and the running components of its local hosts it re-adopted."""
-        from sqlalchemy import func, select
+        and the running processes it re-adopted: its local hosts' (by pid), and those that other
+        hosts run for it (host portals, SSH, Slurm), which it follows again as well."""
+        from sqlalchemy import func, or_, select
         from sqlalchemy.engine import make_url
         from cddlm.application import repository as repo
         from cddlm.application.enactment import states
@@ -511,8 +516,10 @@ class Portal:
         with self.store.read() as conn:
             running, apps = conn.execute(
                 select(func.count(), func.count(components.c.app_id.distinct()))
-                .where(components.c.observed == states.RUNNING, components.c.pid.is_not(None),
-                       components.c.host.in_(local))).one()
+                .where(components.c.observed == states.RUNNING,
+                       or_(components.c.host.in_(local) & components.c.pid.is_not(None),
+                           components.c.host.not_in(local) & (components.c.type == "process")))
+            ).one()
             down = repo.down_hosts(conn)
         return {"store": make_url(self.settings.database_url).render_as_string(hide_password=True),
                 "hosts": [{"name": h.name, "agent": h.agent, "down": h.name in down}

@@ -125,11 +125,19 @@ def refused(e: BaseException | None) -> bool:
 
 
 def reason(e: BaseException) -> str:
-    """The innermost message of a requests/urllib3 error (its outer layers repeat the URL)."""
-    while e.args and isinstance(e.args[0], BaseException):
-        e = e.args[0]
-    inner = getattr(e, "reason", None)
-    return str(inner if inner is not None else e)
+    """The innermost message of a requests/urllib3 error (its outer layers repeat the URL, or
+    are a tuple: ``('Connection aborted.', RemoteDisconnected('Remote end closed ...'))``)."""
+    for _ in range(10):
+        inner = getattr(e, "reason", None)
+        if inner is not None and not isinstance(inner, BaseException):
+            return str(inner)
+        if inner is None:
+            nested = [a for a in e.args if isinstance(a, BaseException)]
+            inner = nested[-1] if nested else None
+        if inner is None:
+            break
+        e = inner
+    return str(e)
 
 
 class ZeepTransport(Transport):

@@ -100,7 +100,9 @@ def explain(e: BaseException, args: argparse.Namespace) -> tuple[str, str | None
         if not e.sent:
             return "no portal answers at %s" % url, ("is `cddlm portal serve` running? Another portal: "
                                                      "--portal URL or $CDDLM_PORTAL"), UNREACHABLE
-        return "the portal at %s did not answer as a portal: %s" % (url, e.message), \
+        from cddlm.transport import reason
+        why = reason(e.__cause__) if e.__cause__ is not None else e.message
+        return "the portal at %s did not answer as a portal: %s" % (url, why), \
             "is it running, and is the scheme right: http or https?", UNREACHABLE
     if isinstance(e, PortalFault) and e.fault == "FailedAuthentication":
         said = login_error(str(e), getattr(args, "portal_url", None) or DEFAULT_PORTAL,

@@ -104,13 +104,23 @@ def cmd_status(args: argparse.Namespace) -> int:
             (c["path"], c["type"], c["state"], c["host"], c["pid"],
              ",".join(str(p) for p in c["ports"]),
              output.clip(("waiting for " + output.waiting(c)) if c.get("waitingFor") else
-                         (c["info"] if c["state"] in ("failed", "stopped") or c["restarts"] else None),
+                         (_unsaid(c["info"], c.get("subApplicationId"))
+                          if c["state"] in ("failed", "stopping", "stopped") or c["restarts"]
+                          else None),
                          NOTE_WIDTH))
             + ((c.get("subApplicationId"),) if subs else ())
             for c in d["components"]])
     print()
     _history(d["history"], NOTE_WIDTH)     # (`cddlm events` and --json: in full)
     return 0
+
+
+def _unsaid(info: str | None, sub: str | None) -> str | None:
+    """A component's note without the sub-application its own column names (the reason a
+    host gives ends with it: it took the note's width, cut to "(sub-...")."""
+    if info and sub:
+        info = info.replace(" (sub-application %s)" % sub, "").replace(", sub-application %s:" % sub, ":")
+    return info
 
 
 def _history(history: list[dict], width: int | None = None) -> None:

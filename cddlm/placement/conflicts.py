@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from cddlm.placement import eligibility
-from cddlm.placement.cpmodel import Model
+from cddlm.placement.cpmodel import Model, new_solver
 
 
 @dataclass
@@ -47,9 +47,7 @@ def explain(inst_base: eligibility.Instance, seconds: float, clock, seed: int = 
             return "unknown"
         model.m.ClearAssumptions()
         model.m.AddAssumptions([model.literal[i] for i in active if i in model.literal])
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
-        solver.parameters.random_seed = seed
+        solver = new_solver(seed)
         solver.parameters.max_time_in_seconds = max(0.05, left)
         status = solver.Solve(model.m)
         run.last = solver

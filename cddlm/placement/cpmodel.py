@@ -34,6 +34,18 @@ from cddlm.placement.eligibility import Instance, host_ok, relation_sets
 MBPS_SCALE = 1000
 
 
+def new_solver(seed: int, workers: int = 1) -> cp_model.CpSolver:
+    """A CP-SAT solver: placement makes every one here. By default CP-SAT catches SIGINT while
+    it solves and then sets it to the default action, not back to the handler it found
+    (OR-Tools 9.15): a portal that had placed with it died at the next Ctrl-C at once, without
+    stopping cleanly or saying what keeps running. Placement leaves the signals to its caller."""
+    solver = cp_model.CpSolver()
+    solver.parameters.catch_sigint_signal = False
+    solver.parameters.num_workers = workers
+    solver.parameters.random_seed = seed
+    return solver
+
+
 class Model:
     def __init__(self, inst: Instance, candidates: list[list[int]],
                  assumptions: set[int] | None = None, packing: bool = True):

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from cddlm.placement import greedy
+from cddlm.placement.cpmodel import new_solver
 from cddlm.placement.eligibility import Instance
 
 LIMIT = 300_000  # integers y[k, p]: above, no relaxation (its model would not pay for itself)
@@ -143,9 +144,7 @@ def solve(inst: Instance, time_limit: float, seed: int = 0, deterministic: bool 
                 m.Add(cp_model.LinearExpr.weighted_sum([v for *_, v in need],
                                                        [d for d, *_ in need]) <= cap)
     m.Minimize(cp_model.LinearExpr.weighted_sum(variables, coefs))
-    s = cp_model.CpSolver()
-    s.parameters.num_workers = 1
-    s.parameters.random_seed = seed
+    s = new_solver(seed)
     if deterministic:
         s.parameters.max_deterministic_time = max(0.05, time_limit)
     else:

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from ortools.sat.python import cp_model
 
 from cddlm.placement import conflicts, eligibility, greedy, relaxation
-from cddlm.placement.cpmodel import Model
+from cddlm.placement.cpmodel import Model, new_solver
 from cddlm.placement.datacenter import Datacenter
 from cddlm.placement.request import Request
 from cddlm.placement.verifier import Report, verify
@@ -242,9 +242,7 @@ def _cp(inst, cands, hint, clock, start, time_limit, seed, workers, deterministi
         model.hint(hint)
     if at_least > float("-inf"):
         model.m.Add(model.objective >= int(at_least))
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = workers
-    solver.parameters.random_seed = seed
+    solver = new_solver(seed, workers)
     if sum(len(c) for c in cands) <= LARGE_MODEL:
         solver.parameters.interleave_search = True  # parallel, yet repeatable for one seed
     else:  # measured: interleaving and probing delay the first solution by 10-20 s here

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import http.server
+import socket
 import threading
 
 import pytest
@@ -35,6 +36,30 @@ def test_no_portal_answers_is_one_line_with_a_hint_and_exit_3():
                         "$CDDLM_PORTAL)\n" % port)
     r = cddlm("status", "x", check=False, portal="http://127.0.0.1:%d/" % port)
     assert r.returncode == 3 and r.stderr.count("\n") == 1 and "no portal answers" in r.stderr
+
+
+def test_a_port_that_closes_without_answering_is_one_short_line():
+    """A wrong port (PostgreSQL's, say) takes the request and closes: the line says so once,
+    not the URL three times and requests' tuple."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+
+        def close_each():
+            while True:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    return
+                conn.recv(65536)
+                conn.close()
+        threading.Thread(target=close_each, daemon=True).start()
+        port = listener.getsockname()[1]
+        r = cddlm("ls", "--portal", "127.0.0.1:%d" % port, check=False)
+    assert r.returncode == 3
+    assert r.stderr == ("cddlm: the portal at http://127.0.0.1:%d/cddlm/portal did not answer as "
+                        "a portal: Remote end closed connection without response (is it running, "
+                        "and is the scheme right: http or https?)\n" % port)
 
 
 def test_something_else_answering_is_not_taken_for_a_portal(tmp_path):

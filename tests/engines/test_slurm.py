@@ -27,7 +27,7 @@ from cddlm.application.enactment.slurmctl import Slurm, SlurmUnavailable
 from cddlm.application.hosts import Host
 from cddlm.client import Portal
 from cddlm.config import Limits, Settings
-from tests.conftest import LivePortal
+from tests.conftest import ROOT, LivePortal
 from tests.engines.slurm_cluster import SlurmCluster
 from tests.netns import wait_until
 
@@ -224,6 +224,18 @@ def test_the_cluster_is_the_datacenter_and_slurm_runs_what_the_solver_placed_whe
     assert not processes_of(app.id)
     assert not [j for j in jobs(slurm).values() if j["name"].startswith("cddlm-")
                 and j["job_state"] == "RUNNING"]
+
+
+def test_the_tours_example_runs_as_docs_engines_md_shows(slurm, front):
+    """examples/multihost/spread-slurm.xml (make slurm-cluster's tour): the workers on three
+    nodes, web and its cache under one leaf switch, web's port read on its node."""
+    app = deploy(front, (ROOT / "examples" / "multihost" / "spread-slurm.xml").read_text())
+    placed = {path: c["host"] for path, c in comps(app).items()}
+    assert sorted(placed[w] for w in ("worker1", "worker2", "worker3")) == ["n1", "n2", "n3"]
+    assert {placed["web"], placed["cache"]} <= {"n1", "n2"} or placed["web"] == placed["cache"] == "n3"
+    assert wait_until(lambda: comps(app)["web"]["ports"], 30)     # its watcher saw it listen
+    finish(app)
+    assert not processes_of(app.id)
 
 
 def test_a_start_repeated_after_a_crash_adopts_the_job_it_finds(slurm, tmp_path):

@@ -16,6 +16,7 @@ import pytest
 
 from cddlm import ns
 from cddlm.client import Portal
+from tests.cli.helpers import cddlm
 from tests.conftest import LivePortal, free_port, make_portal
 from tests.engines.sshd import SshHosts
 from tests.engines.test_ssh import alive, by_path, deploy, native, process
@@ -161,7 +162,13 @@ def test_a_host_whose_sshd_dies_is_marked_down_after_the_lease_and_up_when_it_an
         took = time.monotonic() - began
         reason = app.ping()["terminationInfo"]["reason"]
         assert "h1" in reason and "down" in reason, reason
+        assert reason.endswith(" UTC: cannot connect"), reason     # a few words, not the raw error
         assert took < 2 * LEASE + 2, "failed %.1f s after sshd died (lease %.0f s)" % (took, LEASE)
+        # `cddlm status` says why on the component's row too, whether it reads failed or
+        # stopping (its stop waits for the host)
+        row = next(line for line in cddlm("status", app.id, portal=portal.url).stdout.splitlines()
+                   if line.startswith("a "))
+        assert "host h1 is down: unreachable since " in row, row
         assert host_state(portal, "h1")["down"]
         assert alive(pids["a"]), "nothing can stop it while its host does not answer"
     finally:

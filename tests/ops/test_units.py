@@ -162,6 +162,37 @@ def test_ctrl_c_under_make_serve_stops_cleanly_and_says_what_keeps_running(tmp_p
     assert "make: ***" not in screen and "Traceback" not in screen and "Interrupt" not in screen, screen
 
 
+APART = """<application xmlns="urn:cddlm:lang:components:1">
+  <component name="a" type="process"><attribute name="argv"><item>sleep</item><item>600</item></attribute></component>
+  <component name="b" type="process"><attribute name="argv"><item>sleep</item><item>600</item></attribute></component>
+  <group name="g"><member>a</member><member>b</member></group>
+  <policy type="anti-collocation" level="host" group="g" hard="true"/>
+</application>
+"""
+
+
+def test_ctrl_c_stops_cleanly_after_a_placement_by_cp_sat(tmp_path):
+    """CP-SAT set SIGINT to its default action after each solve: a portal that had placed an
+    application with a policy then died at Ctrl-C at once, saying nothing (`make cluster`)."""
+    descriptor = tmp_path / "apart.xml"
+    descriptor.write_text(APART)
+    state = tmp_path / "state"
+    state.mkdir()
+    lp = LivePortal(state, extra=["--datacenter", "examples/datacenter.yaml"]).start()
+    try:
+        cddlm("deploy", str(descriptor), portal=lp.url)
+        audit = cddlm("audit", "apart", portal=lp.url).stdout
+        assert "cp-sat" in audit, audit          # (what the portal must survive)
+        lp.proc.send_signal(signal.SIGINT)
+        assert lp.proc.wait(30) == 0
+    finally:
+        lp.stop()
+        kill_leftovers(tmp_path)
+    assert lp.log_path.read_text().splitlines()[-1] == (
+        "portal stopped (Ctrl-C); 2 components of 1 application keep running, re-adopted at "
+        "the next start")
+
+
 def pane_dead(tmux: list[str]) -> bool:
     return subprocess.run(tmux + ["display-message", "-p", "-t", "t", "#{pane_dead}"],
                           capture_output=True, text=True, timeout=30).stdout.strip() == "1"

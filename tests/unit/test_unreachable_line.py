@@ -29,6 +29,9 @@ def test_raw_errors_become_their_class_and_unknown_ones_are_cut_to_one_short_lin
         "http://h:1/p answered HTTP 429 (too many requests)": "too many requests",
         "http://h:1/p answered more than 8388608 bytes (--agent-max-response-bytes)": "answer too large",
         "http://h:1/p answered garbage: XMLSyntaxError: ...": "answer is not SOAP",
+        # an SSH host whose sshd is gone (make ssh-cluster's tour)
+        "Unreachable: ssh://cddlm-ssh@10.213.69.11:2222: [Errno 111] Connect call failed "
+        "('10.213.69.11', 2222)": "cannot connect",
     }
     for raw, words in expect.items():
         assert short_cause(raw) == words, raw

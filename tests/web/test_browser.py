@@ -55,6 +55,8 @@ def new_page(browser, viewport):  # noqa: F811
     context = browser.new_context(viewport=viewport)
     page = context.new_page()
     page.on("dialog", lambda d: (_ for _ in ()).throw(AssertionError("a dialog opened: " + d.message)))
+    page.console_errors = []        # what the browser's console says went wrong (a 404 ...)
+    page.on("console", lambda m: m.type == "error" and page.console_errors.append(m.text))
     return context, page
 
 
@@ -82,6 +84,8 @@ def test_pages_show_the_application_escape_markup_and_turn_failed_live(browser, 
         assert "running" in shop_row.locator(".badge").inner_text()
         assert "3 running" in shop_row.locator(".comp-counts").inner_text()     # site holds two
         page.screenshot(path=str(shots / "applications-1280.png"), full_page=True)
+        page.wait_for_load_state("networkidle")     # (the browser asks for an icon after the load)
+        assert page.console_errors == []
 
         # one application: components with state, host, pid and ports; logs; audit; descriptor
         page.get_by_role("link", name="shop", exact=True).click()

@@ -238,7 +238,9 @@ def since_and_cause(since: float | None, error: str | None) -> str:
 
 # (a needle, its few words; None: a line already written for a person, kept whole, such as an
 # SSH host's refused key naming the known_hosts file to fix)
-CAUSES = (("host's key", None), ("cannot connect", "cannot connect"), ("refused", "connection refused"),
+CAUSES = (("host's key", None), ("cannot connect", "cannot connect"),
+          ("connect call failed", "cannot connect"),        # (an SSH host's: asyncio's words)
+          ("refused", "connection refused"),
           ("certificate", "certificate not trusted"), ("tls", "TLS failed"),
           ("429", "too many requests"), ("more than", "answer too large"),
           ("garbage", "answer is not SOAP"), ("without soap", "answer is not SOAP"),
