@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator
 
 from cddlm import ns
 from cddlm.errors import CddlmError
-from cddlm.lang.model import Deployment
+from cddlm.lang.model import Deployment, canonical
 
 
 class Hidden:
@@ -64,7 +64,7 @@ def redact(tree: Deployment, path: str, value: Any) -> Any:
     secret string standing in what is left masked."""
     if not tree.secrets:
         return of(tree).value(value)
-    path = path.strip("/")
+    path = canonical(path)
     if path in tree.secrets or any(path.startswith(s + "/") for s in tree.secrets):
         return HIDDEN
     if isinstance(value, dict):

@@ -3,7 +3,9 @@
 ``FAULTS`` maps each domain exception to its fault element, SOAP faultcode and wsa:Action;
 the most specific class wins. Every detail element extends ``wsrf-bf:BaseFaultType``
 (Timestamp, Description, and the fault's own children), and an error the portal did not
-expect becomes a ``soapenv:Server`` fault whose text hides the internals.
+expect becomes a ``soapenv:Server`` fault whose text hides the internals. Every text a fault
+carries is at most ``MAX_TEXT`` characters (``clip``): an error quoting a caller's megabyte of
+path, or a host portal's megabyte of fault, answers a few kilobytes.
 """
 
 from __future__ import annotations
@@ -21,6 +23,15 @@ from cddlm.xsdtypes import format_datetime
 
 log = logging.getLogger(__name__)
 API, BF, RP, RL, R, WSNT = ns.API, ns.WSRF_BF, ns.WSRF_RP, ns.WSRF_RL, ns.WSRF_R, ns.WSNT
+MAX_TEXT = 4096     # characters of one text of a fault (faultstring, Description, path ...)
+
+
+def clip(text: str) -> str:
+    """``text``, cut to ``MAX_TEXT`` characters saying how many more there were."""
+    if len(text) <= MAX_TEXT:
+        return text
+    more = " ... (%d characters more)" % (len(text) - MAX_TEXT)
+    return text[:MAX_TEXT - len(more)] + more
 
 
 @dataclass(frozen=True)
@@ -33,7 +44,7 @@ class FaultKind:
 
 def _sub(parent: etree._Element, tag: str, text: object) -> None:
     if text is not None and text != "":
-        etree.SubElement(parent, tag).text = str(text)
+        etree.SubElement(parent, tag).text = clip(str(text))
 
 
 def _located(e, el) -> None:
@@ -126,7 +137,7 @@ def detail(exc: errors.CddlmError, now: float | None = None) -> etree._Element:
     kind = kind_of(exc)
     el = etree.Element(kind.element, nsmap={"wsrf-bf": BF, "api": API})
     etree.SubElement(el, "{%s}Timestamp" % BF).text = format_datetime(now or time.time())
-    etree.SubElement(el, "{%s}Description" % BF).text = exc.message
+    etree.SubElement(el, "{%s}Description" % BF).text = clip(exc.message)
     if kind.extra is not None:
         kind.extra(exc, el)
     return el
@@ -178,7 +189,7 @@ def to_fault(exc: BaseException) -> SoapFault:
         return fault
     if isinstance(exc, errors.CddlmError):
         kind = kind_of(exc)
-        return SoapFault(kind.code, str(exc), detail(exc), kind.action)
+        return SoapFault(kind.code, clip(str(exc)), detail(exc), kind.action)
     log.exception("unexpected error while handling a request", exc_info=exc)
     internal = errors.ServerError("internal error in the portal (%s); the portal log has the details"
                                   % type(exc).__name__)

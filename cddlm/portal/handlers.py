@@ -137,7 +137,7 @@ class Handlers:
         ext = "{%s}" % ns.EXT
         limit, after = req.body.findtext(ext + "limit"), req.body.findtext(ext + "after")
         page, marker = self.service.list_applications(
-            int(limit) if limit is not None else None, after, principal=req.principal)
+            m.integer(limit, "limit"), after, principal=req.principal)
         out = etree.Element(ext + "listApplicationsResponse", nsmap={"ext": ns.EXT})
         for a in page:
             el = etree.SubElement(out, ext + "application", id=a["id"], state=a["state"],
@@ -295,8 +295,8 @@ class Handlers:
         lines, offset = b.findtext(ext + "lines"), b.findtext(ext + "offset")
         found = self.views.log(req.principal, app.id, (b.findtext(ext + "component") or "").strip(),
                                (b.findtext(ext + "stream") or "stdout").strip(),
-                               lines=int(lines) if lines else None,
-                               offset=int(offset) if offset else None)
+                               lines=m.integer(lines or None, "lines"),
+                               offset=m.integer(offset or None, "offset"))
         out = etree.Element(ext + "logsResponse", nsmap={"ext": ns.EXT}, component=found["path"],
                             stream=found["stream"],
                             available="true" if found["available"] else "false",

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from cddlm.application.enactment import procfs
 from cddlm.errors import ResolutionError
-from cddlm.lang.model import Component as Node, Deployment, Lazy
+from cddlm.lang.model import Component as Node, Deployment, Lazy, quoted
 
 # the runtime values ``resolve`` adds to a component's attributes
 RESOLVED_RUNTIME = ("pid", "host", "workdir", "port", "state", "exit_code", "location", "job", "node")
@@ -102,10 +102,10 @@ class HostValues:
                 # not a value that is still to come: one that will never be
                 raise ResolutionError("%s does not exist: %s has no attribute or runtime value of "
                                       "that name (attributes: %s; runtime values: %s)" % (
-                                          target, comp_path, ", ".join(sorted(node.attributes))
+                                          quoted(target), comp_path, ", ".join(sorted(node.attributes))
                                           or "none", ", ".join(RESOLVED_RUNTIME)),
                                       kind="unresolved-reference", path=target)
-            raise ResolutionError("%s has no value yet on host %s" % (target, self.host),
+            raise ResolutionError("%s has no value yet on host %s" % (quoted(target), self.host),
                                   kind="unresolved-reference", path=target)
         # a runtime list may still gain the item (a port opened later): asked again; a key a
         # runtime map lacks never comes (recorded whole)
