@@ -4,8 +4,8 @@
 the most specific class wins. Every detail element extends ``wsrf-bf:BaseFaultType``
 (Timestamp, Description, and the fault's own children), and an error the portal did not
 expect becomes a ``soapenv:Server`` fault whose text hides the internals. Every text a fault
-carries is at most ``MAX_TEXT`` characters (``clip``): an error quoting a caller's megabyte of
-path, or a host portal's megabyte of fault, answers a few kilobytes.
+carries is at most ``errors.MAX_TEXT`` characters (``errors.clip``): an error quoting a
+caller's megabyte of path answers a few kilobytes (a relayed cause is bounded by ``relay``).
 """
 
 from __future__ import annotations
@@ -19,19 +19,11 @@ from lxml import etree
 from spyne.model.fault import Fault
 
 from cddlm import errors, ns
+from cddlm.errors import clip
 from cddlm.xsdtypes import format_datetime
 
 log = logging.getLogger(__name__)
 API, BF, RP, RL, R, WSNT = ns.API, ns.WSRF_BF, ns.WSRF_RP, ns.WSRF_RL, ns.WSRF_R, ns.WSNT
-MAX_TEXT = 4096     # characters of one text of a fault (faultstring, Description, path ...)
-
-
-def clip(text: str) -> str:
-    """``text``, cut to ``MAX_TEXT`` characters saying how many more there were."""
-    if len(text) <= MAX_TEXT:
-        return text
-    more = " ... (%d characters more)" % (len(text) - MAX_TEXT)
-    return text[:MAX_TEXT - len(more)] + more
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from xml.sax.saxutils import escape
 
 import pytest
 
-from cddlm.portal.faults import MAX_TEXT
+from cddlm.errors import MAX_TEXT
 from tests.hostile.conftest import HOT, SLEEPER, NATIVE, Portal
 
 NUMBER = "4425"     # a hidden number: a text that holds it is masked, a number is not a text
