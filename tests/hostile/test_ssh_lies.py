@@ -1,0 +1,93 @@
+"""Components on an SSH host that lie through the files in their own directory (issue: the
+newest surfaces). A program may write anything in its pid file and its status file; the
+portal's scripts read them. A pid file that names no process, or a process not of the
+component (init: whose process group is every process of the account), starts nothing and
+signals nothing: the component fails saying so, the application terminates, and a process of
+another application on the same host lives on; a status file holding a huge number is no
+exit status. No worker fails "unexpectedly" on any of it.
+
+Tried and found sound (covered by tests/engines/test_ssh.py): component names (a strict
+pattern), argv, environment values and file contents reach the remote shell quoted, as data;
+an environment name the shell cannot set is refused. The log reader frames each read by its
+length, so a log line cannot pose as an answer; a process's name holding ") " is read from
+/proc/PID/stat's last ")"."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from cddlm import ns
+from cddlm.client import Portal
+from tests.conftest import LivePortal
+from tests.engines.sshd import SshHosts
+from tests.engines.test_ssh import alive, native, process, proc_env
+from tests.netns import wait_until
+
+LIES = ("junk", "1 x", "1", "-5", "99999999999999999999999")
+
+
+@pytest.fixture(scope="module")
+def portal(tmp_path_factory):
+    with SshHosts(1) as hosts:
+        state = tmp_path_factory.mktemp("ssh-lies")
+        lp = LivePortal(state, extra=["--datacenter", str(hosts.datacenter), "--agent-credentials",
+                                      str(hosts.credentials), "--agent-lease", "3",
+                                      "--liveness-interval", "0.5", "--ssh-keepalive", "1"]).start()
+        try:
+            yield lp
+        finally:
+            lp.stop()
+
+
+def test_a_pid_file_that_lies_starts_and_signals_nothing(portal):
+    front = Portal(portal.url, failover=False)
+    victim = front.create()
+    victim.initialize(ns.NATIVE, body=native(process("v", "sleep", "600", host="h1")))
+    victim.run()
+    assert victim.wait_for("running", timeout=60) == "running"
+    (v,) = victim.components()
+    # each liar writes its pid file over and over, from its first instant
+    app = front.create()
+    app.initialize(ns.NATIVE, body=native("".join(
+        process("liar%d" % i, "sh", "-c", 'while :; do echo "%s" > pid; done' % lie, host="h1")
+        for i, lie in enumerate(LIES))))
+    app.run()
+    assert app.wait_for("running", "failed", timeout=60) in ("running", "failed"), app.ping()
+    assert wait_until(lambda: all(c["state"] in ("running", "failed") for c in app.components()), 30), \
+        app.components()
+    for c in app.components():
+        if c["state"] == "failed":
+            assert "its pid file" in (c["info"] or ""), c
+        else:       # read before the program wrote: its own pid, its own process
+            assert ("CDDLM_COMPONENT=%s %s" % (app.reference.resource_id, c["path"])).encode() \
+                in proc_env(c["pid"]), c
+    app.terminate()
+    assert app.wait_for("terminated", timeout=60) == "terminated", app.components()
+    assert alive(v["pid"]) and victim.state() == "running"      # no signal to every process
+    assert "failed unexpectedly" not in portal.log_path.read_text()
+    victim.terminate()
+    assert victim.wait_for("terminated", timeout=60) == "terminated"
+
+
+def test_a_status_file_that_lies_is_no_exit_status(portal):
+    # the program's child writes the status file after the supervising sh has written it
+    writer = ('(i=0; while [ $i -lt 40 ]; do echo 99999999999999999999999 > status; i=$((i+1)); '
+              'sleep 0.1; done) & sleep 0.3; exit 3')
+    app = Portal(portal.url, failover=False).create()
+    app.initialize(ns.NATIVE, body=native(process("w", "sh", "-c", writer, host="h1")))
+    app.run()
+    assert app.wait_for("failed", timeout=60) == "failed", app.ping()
+    (c,) = app.components()
+    assert c["exitCode"] in (3, None), c
+    assert "failed unexpectedly" not in portal.log_path.read_text()
+    app.terminate()
+    assert app.wait_for("terminated", timeout=60) == "terminated"
+    for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+        try:
+            if ("CDDLM_COMPONENT=%s w" % app.reference.resource_id).encode() in proc_env(pid):
+                os.kill(pid, signal.SIGKILL)        # (its writer, should one be left)
+        except OSError:
+            continue
