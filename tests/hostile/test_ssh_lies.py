@@ -91,3 +91,40 @@ def test_a_status_file_that_lies_is_no_exit_status(portal):
                 os.kill(pid, signal.SIGKILL)        # (its writer, should one be left)
         except OSError:
             continue
+
+
+CLAIMS = ("import socket, time\n"
+          "listening = [l.split()[9] for l in open('/proc/net/tcp').read().splitlines()[1:]\n"
+          "             if l.split()[3] == '0A']\n"
+          "held = [open('x -> socket:[%s]' % inode, 'w') for inode in listening]\n"
+          "mine = socket.socket()\n"
+          "print(len(held), flush=True)\n"
+          "time.sleep(600)\n")
+LISTENS = ("import socket, time\n"
+           "s = socket.socket(); s.bind(('0.0.0.0', 0)); s.listen()\n"
+           "time.sleep(600)\n")
+
+
+def test_a_file_named_like_a_socket_claims_no_port(portal):
+    """A process holding a socket of its own and files named ``x -> socket:[INODE]`` after the
+    listening sockets of the host (``ls -l /proc/PID/fd`` shows such a file as ``N -> DIR/x
+    -> socket:[INODE]``) listens on nothing: no port of another process is reported as its."""
+    front = Portal(portal.url, failover=False)
+    victim = front.create()
+    victim.initialize(ns.NATIVE, body=native(process("v", "python3", "-c", LISTENS, host="h1")))
+    victim.run()
+    assert victim.wait_for("running", timeout=60) == "running"
+    assert wait_until(lambda: victim.resolve("v/ports"), 30)
+    (port,) = victim.resolve("v/ports")
+    app = front.create()
+    app.initialize(ns.NATIVE, body=native(process(
+        "claims", "python3", "-c", CLAIMS, host="h1",
+        extra='<attribute name="readiness"><item name="log">^[1-9]</item></attribute>')))
+    app.run()
+    assert app.wait_for("running", timeout=60) == "running", app.ping()
+    for _ in range(3):      # (its ports are read afresh on each look)
+        assert app.resolve("claims/ports") == "", port        # (an empty list: no item)
+    app.terminate()
+    victim.terminate()
+    for a in (app, victim):
+        assert a.wait_for("terminated", timeout=60) == "terminated"
