@@ -65,7 +65,7 @@ def redact(tree: Deployment, path: str, value: Any) -> Any:
     if not tree.secrets:
         return of(tree).value(value)
     path = canonical(path)
-    if path in tree.secrets or any(path.startswith(s + "/") for s in tree.secrets):
+    if tree.within_secret(path):
         return HIDDEN
     if isinstance(value, dict):
         return {k: redact(tree, path + "/" + str(k), v) for k, v in value.items()}

@@ -595,6 +595,10 @@ class Service:
             raise ResolutionError("application %s has no component tree yet (initialize it first)"
                                   % app_id, kind="not-initialized", path=path)
         tree = Deployment.from_json(app.deployment)
+        if tree.within_secret(path):
+            # a secret or a part of one: hidden, whether or not it has that key (an error
+            # saying what it holds, or that a key is not there, would tell)
+            return secrets.HIDDEN
         with self.store.read() as conn:
             comps = repo.get_components(conn, app_id)
         rows = {c.path: c for c in comps}

@@ -101,15 +101,18 @@ class RefTarget(NamedTuple):
     keys: tuple[str, ...] = ()
 
     def select(self, value: Value, resolve: Callable[[Lazy], Value] | None = None,
-               runtime: bool = False) -> Value:
+               runtime: bool = False, secret: Callable[[str], bool] | None = None) -> Value:
         """The part of ``value`` (the value named) that ``keys`` select. A lazy value met on the
         way is resolved by ``resolve`` first (None: it cannot be selected into yet). A key that
         is not there is a ``ResolutionError`` that says what is there: a ``dangling-reference``
         (it never will be), but for an item of a list in a ``runtime`` value, which may still
         come (the ports a process opens later: ``unresolved-reference``, asked again; so for an
         empty text, which is how another portal answers an empty list). A runtime map (or a
-        single value) is recorded whole: a key it lacks never comes."""
+        single value) is recorded whole: a key it lacks never comes. ``secret`` says whether
+        the value at a path is a secret or part of one (``Deployment.within_secret``): what
+        such a value holds is never said (its keys, its size, whether a key is there)."""
         where = self.component + "/" + self.name
+        walked = [where]
         for key in self.keys:
             if isinstance(value, Lazy):
                 if resolve is None:
@@ -124,11 +127,14 @@ class RefTarget(NamedTuple):
                 value = value[int(key)]
             else:
                 growing = runtime and (isinstance(value, list) or value == "")
-                raise ResolutionError("%s does not exist: %s %s" % (quoted(self.target), where,
-                                                                   _has(value, quoted(key))),
+                hidden = next((w for w in walked if secret is not None and secret(w)), None)
+                said = "%s is secret: what it holds is not said" % hidden if hidden else \
+                    "%s %s" % (where, _has(value, quoted(key)))
+                raise ResolutionError("%s does not exist: %s" % (quoted(self.target), said),
                                       kind="unresolved-reference" if growing else "dangling-reference",
                                       path=self.target)
             where += "/" + key
+            walked.append(where)
         return value
 
 
@@ -213,6 +219,12 @@ class Deployment:
         return any(s == path or s.startswith(path + "/") or path.startswith(s + "/")
                    for s in self.secrets) if path else bool(self.secrets)
 
+    def within_secret(self, path: str) -> bool:
+        """Whether the value at ``path`` is a secret or a part of one (``web/env/PGPASSWORD``
+        and below it; not ``web/env``, which only holds one): nothing of it is returned."""
+        path = canonical(path)
+        return path in self.secrets or any(path.startswith(s + "/") for s in self.secrets)
+
     def secret_strings(self) -> frozenset[str]:
         """Every secret string: ``secret_values`` and each string (or number) at or below a
         secret path. Computed once per tree."""
@@ -289,7 +301,7 @@ class Deployment:
                         at = self.split_target(ref.target, index)
                         given = index[at.component].attributes.get(at.name)
                         if given is not None:
-                            at.select(given)
+                            at.select(given, secret=self.within_secret)
                     except ResolutionError as e:
                         if e.kind not in NEVER:
                             continue        # a lazy value on the way: known on its host

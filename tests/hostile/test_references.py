@@ -90,3 +90,44 @@ def test_a_megabyte_of_path_is_answered_with_a_short_fault(portal):
             assert a.elapsed < 5, a.elapsed
     finally:
         p.terminate(app)
+
+
+KEY = "alice_Kq7secretKey"      # a key of a secret map: secret as its value is
+SECRET_MAP = ('<application xmlns="%s"><component name="w" type="process">'
+              '<attribute name="argv"><item>sleep</item><item>600</item></attribute>'
+              '<attribute name="env" secret="true"><item name="%s">pw1</item></attribute></component>'
+              '%%s</application>' % (NATIVE, KEY))
+HIDDEN_MAP = ("heat_template_version: 2015-04-30\n"
+              "parameters:\n  m: {type: json, hidden: true}\n"
+              "resources:\n  w:\n    type: CDDLM::Process\n    properties:\n"
+              "      argv: [sleep, '600']\n      env: {get_param: m}\n")
+
+
+def test_what_a_secret_map_holds_is_never_said(portal):
+    """A secret map (a native ``secret`` attribute, a HOT hidden json parameter) resolves
+    hidden whole, and so does every path into it, there or not: an error listing its keys, or
+    a key there answering otherwise than one that is not, would tell what it holds."""
+    p = portal
+    native, hot = p.create(), p.create()
+    assert p.initialize(native, NATIVE, body=SECRET_MAP % "").fault() is None
+    assert p.initialize(hot, HOT, text=HIDDEN_MAP, properties={"m": '{"%s": "pw1"}' % KEY}).fault() is None
+    try:
+        for app in (native, hot):
+            answers = set()
+            for path in ("w/env", "w/env/NOPE", "w/env/%s" % KEY, "w/env/%s/x" % KEY, "w/env/NOPE/x"):
+                a = resolve(p, app, path)
+                assert a.fault() is None and KEY.encode() not in a.data, (path, a.data[:800])
+                answers.add(a.text("//api:value/@*[local-name()='hidden']"))
+            assert answers == {"true"}
+        # a lazy reference to a key it lacks is refused at initialize without naming its keys
+        other = p.create()
+        x = ('<component name="x" type="process"><attribute name="argv"><item>sleep</item>'
+             '<item>1</item></attribute><attribute name="env"><item name="G">'
+             '<ref path="w/env/NOPE" lazy="true"/></item></attribute></component>')
+        a = p.initialize(other, NATIVE, body=SECRET_MAP % x)
+        assert a.fault() == "ResolutionFault", a.data[:800]
+        assert "w/env/NOPE does not exist: w/env is secret: what it holds is not said" in a.description()
+        assert KEY.encode() not in a.data
+    finally:
+        for app in (native, hot):
+            p.terminate(app)

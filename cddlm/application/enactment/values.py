@@ -93,7 +93,8 @@ class HostValues:
         seen = seen | {target}
         if name in node.attributes and node.attributes[name] is not None:
             # select in the value as given, resolving only the lazy parts on the way
-            return self.value(at.select(node.attributes[name], lambda v: self.value(v, seen)), seen)
+            return self.value(at.select(node.attributes[name], lambda v: self.value(v, seen),
+                                        secret=self.tree.within_secret), seen)
         value = self.runtime(comp_path, name)
         if value is None:
             row = self.rows.get(comp_path)
@@ -109,7 +110,7 @@ class HostValues:
                                   kind="unresolved-reference", path=target)
         # a runtime list may still gain the item (a port opened later): asked again; a key a
         # runtime map lacks never comes (recorded whole)
-        return at.select(value, runtime=True)
+        return at.select(value, runtime=True, secret=self.tree.within_secret)
 
     # -- any value -----------------------------------------------------------------------------
     def value(self, v: Any, seen: frozenset = frozenset()) -> Any:
