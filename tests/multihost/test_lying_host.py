@@ -23,6 +23,7 @@ from cddlm import ns
 from cddlm.client import Portal, PortalFault
 from cddlm.errors import MAX_TEXT
 from cddlm.relay import MAX_CAUSE
+from tests.engines.test_ssh import native, process
 from tests.multihost.cluster import AGENT_PORT, MultiHost
 from tests.rogue import Proxy, Rogue, http_answer, wait_for
 
@@ -31,16 +32,7 @@ ENVELOPE = ('<soapenv:Envelope xmlns:soapenv="%s" xmlns:api="%s" xmlns:ext="%s" 
             % (ns.SOAP11_ENV, ns.API, ns.EXT, ns.WSRF_BF, ns.WSRF_RP, ns.WSA))
 MARKUP = "&lt;script&gt;alert(1)&lt;/script&gt;]]&gt;"     # as the host writes it: escaped text
 BIG = 2_000_000
-DESCRIPTOR = """<application xmlns="urn:cddlm:lang:components:1">
-  <component name="here" type="process">
-    <attribute name="argv"><item>sleep</item><item>600</item></attribute>
-    <attribute name="host">h1</attribute>
-  </component>
-  <component name="mine" type="process">
-    <attribute name="argv"><item>sleep</item><item>601</item></attribute>
-    <attribute name="host">l1</attribute>
-  </component>
-</application>"""
+DESCRIPTOR = native(process("here", "sleep", "600", host="h1") + process("mine", "sleep", "601", host="l1"))
 
 
 def soap(body: str, status: int = 200) -> bytes:
@@ -69,7 +61,7 @@ def lying_host(tmp_path):
         proxy.target = lambda: "http://%s:%d" % (mh.hosts[0].address, AGENT_PORT)
         with mh:
             app = Portal(mh.front.url, failover=False).create()
-            app.initialize(ns.NATIVE, text=DESCRIPTOR)
+            app.initialize(ns.NATIVE, body=DESCRIPTOR)
             app.run()
             assert app.wait_for("running", timeout=90) == "running", app.ping()
             yield proxy, mh, app

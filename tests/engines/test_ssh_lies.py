@@ -1,10 +1,11 @@
-"""Components on an SSH host that lie through the files in their own directory (issue: the
-newest surfaces). A program may write anything in its pid file and its status file; the
-portal's scripts read them. A pid file that names no process, or a process not of the
-component (init: whose process group is every process of the account), starts nothing and
-signals nothing: the component fails saying so, the application terminates, and a process of
-another application on the same host lives on; a status file holding a huge number is no
-exit status. No worker fails "unexpectedly" on any of it.
+"""Components on an SSH host that lie through what their program controls: the files in its
+own directory (its pid file, its status file, which the portal's scripts read) and the names
+/proc shows of it. A pid file that names no process, or a process not of the component (init:
+whose process group is every process of the account), starts nothing and signals nothing: the
+component fails saying so, the application terminates, and a process of another application
+on the same host lives on; a status file holding a huge number is no exit status; a file named
+``x -> socket:[INODE]`` makes no other process's port its own. No worker fails
+"unexpectedly" on any of it.
 
 Tried and found sound (covered by tests/engines/test_ssh.py): component names (a strict
 pattern), argv, environment values and file contents reach the remote shell quoted, as data;
