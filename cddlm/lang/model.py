@@ -117,7 +117,8 @@ class RefTarget(NamedTuple):
             if isinstance(value, Lazy):
                 if resolve is None:
                     raise ResolutionError("%s cannot be selected yet: %s is only known on its host "
-                                          "at deployment (make the reference lazy)" % (quoted(self.target), where),
+                                          "at deployment (make the reference lazy)"
+                                          % (quoted(self.target), where),
                                           kind="lazy-value", path=self.target)
                 value = resolve(value)
             if isinstance(value, dict) and key in value:
