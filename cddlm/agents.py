@@ -39,8 +39,8 @@ one such deadline, and only ``--agent-request-slots`` at once (more: ``Busy``, t
 Faults become ``RemoteFault`` whose ``cause`` is a WS-BaseFault (``cddlm.relay``, which
 bounds what it keeps): the fault's own when it is one, else the fault wrapped, as is an HTTP
 error page answering a create, initialize, run, terminate or destroy; silence, refusals,
-garbage, answers too large, HTTP 429 (a limiter's "not now") and error pages answering reads (ping, resolve, probe) become
-``AgentUnreachable`` (judged by the lease); so does, from a datacenter's host portal, a page
+garbage, answers too large, HTTP 429 (a limiter's "not now") and error pages answering reads
+(ping, resolve, probe) become ``AgentUnreachable`` (judged by the lease); so does, from a datacenter's host portal, a page
 saying "not now" (502, 503, 504: a proxy or balancer in front of it; the lease judges, a brief
 outage fails nothing), while a delegate's portal answering one refuses at once; a
 ``ResourceUnavailableFault`` (a busy host portal's "not now") likewise; a sub-application
