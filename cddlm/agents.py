@@ -36,18 +36,18 @@ the origin the operator or tenant named (an EPR that names another host is taken
 that origin); a request thread (a delegate's initialize) waits on other portals only within
 one such deadline, and only ``--agent-request-slots`` at once (more: ``Busy``, try again).
 
-Faults become ``RemoteFault`` whose ``cause`` is a WS-BaseFault (``cddlm.relay``, which
-bounds what it keeps): the fault's own when it is one, else the fault wrapped, as is an HTTP
-error page answering a create, initialize, run, terminate or destroy; silence, refusals,
-garbage, answers too large, HTTP 429 (a limiter's "not now") and error pages answering reads
-(ping, resolve, probe) become ``AgentUnreachable`` (judged by the lease); so does, from a datacenter's host portal, a page
-saying "not now" (502, 503, 504: a proxy or balancer in front of it; the lease judges, a brief
-outage fails nothing), while a delegate's portal answering one refuses at once; a
-``ResourceUnavailableFault`` (a busy host portal's "not now") likewise; a sub-application
-the portal does not know becomes ``Gone``; a ``ResolutionFault`` answering a resolve becomes
-a ``ResolutionError``: "none yet", unless its ``api:kind`` says it never will be
-(``resolution_error``). A host portal may lie: what it says is bounded (its texts clipped), an
-answer no honest host portal gives (an EPR for a component's value, a log offset no log has)
+Faults become ``RemoteFault`` whose ``cause`` is a WS-BaseFault (``cddlm.relay``, which bounds
+what it keeps): the fault's own when it is one, else the fault wrapped, as is an HTTP error
+page answering a create, initialize, run, terminate or destroy; silence, refusals, garbage,
+answers too large, HTTP 429 (a limiter's "not now") and error pages answering reads (ping,
+resolve, probe) become ``AgentUnreachable`` (judged by the lease); so does, from a datacenter's
+host portal, a page saying "not now" (502, 503, 504: a proxy or balancer in front of it; the
+lease judges, a brief outage fails nothing), while a delegate's portal answering one refuses at
+once; a ``ResourceUnavailableFault`` (a busy host portal's "not now") likewise; a
+sub-application the portal does not know becomes ``Gone``; a ``ResolutionFault`` answering a
+resolve becomes a ``ResolutionError``: "none yet", unless its ``api:kind`` says it never will
+be (``resolution_error``). A host portal may lie: what it says is bounded (its texts clipped),
+an answer no honest host portal gives (an EPR for a component's value, a log offset no log has)
 is garbage, and what it says of a component another host runs is not taken
 (``Views._observed_there``).
 """
