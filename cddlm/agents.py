@@ -36,17 +36,20 @@ the origin the operator or tenant named (an EPR that names another host is taken
 that origin); a request thread (a delegate's initialize) waits on other portals only within
 one such deadline, and only ``--agent-request-slots`` at once (more: ``Busy``, try again).
 
-Faults become ``RemoteFault`` whose ``cause`` is a WS-BaseFault: the fault's own when it is
-one, else the fault wrapped (``cddlm.relay``), as is an HTTP error page answering a create,
-initialize, run, terminate or destroy; silence, refusals, garbage, answers too large, HTTP 429
-(a limiter's "not now") and error pages answering reads (ping, resolve, probe) become
-``AgentUnreachable`` (judged by the lease); so does, from a datacenter's host portal, a page
-saying "not now" (502, 503, 504: a proxy or balancer in front of it; the lease judges, a brief
-outage fails nothing), while a delegate's portal answering one refuses at once; a
-``ResourceUnavailableFault`` (a busy host portal's "not now") likewise; a sub-application
-the portal does not know becomes ``Gone``; a ``ResolutionFault`` answering a resolve becomes
-a ``ResolutionError``: "none yet", unless its ``api:kind`` says it never will be
-(``resolution_error``).
+Faults become ``RemoteFault`` whose ``cause`` is a WS-BaseFault (``cddlm.relay``, which bounds
+what it keeps): the fault's own when it is one, else the fault wrapped, as is an HTTP error
+page answering a create, initialize, run, terminate or destroy; silence, refusals, garbage,
+answers too large, HTTP 429 (a limiter's "not now") and error pages answering reads (ping,
+resolve, probe) become ``AgentUnreachable`` (judged by the lease); so does, from a datacenter's
+host portal, a page saying "not now" (502, 503, 504: a proxy or balancer in front of it; the
+lease judges, a brief outage fails nothing), while a delegate's portal answering one refuses at
+once; a ``ResourceUnavailableFault`` (a busy host portal's "not now") likewise; a
+sub-application the portal does not know becomes ``Gone``; a ``ResolutionFault`` answering a
+resolve becomes a ``ResolutionError``: "none yet", unless its ``api:kind`` says it never will
+be (``resolution_error``). A host portal may lie: what it says is bounded (its texts clipped),
+an answer no honest host portal gives (an EPR for a component's value, a log offset no log has)
+is garbage, and what it says of a component another host runs is not taken
+(``Views._observed_there``).
 """
 
 from __future__ import annotations
@@ -67,7 +70,8 @@ from cddlm.application import options as opts
 from cddlm.application.enactment.remote import AgentUnreachable, Gone, Ref, Status
 from cddlm.application.hosts import Host
 from cddlm.config import Settings
-from cddlm.errors import Busy, ConfigurationError, RemoteFault, ResolutionError, UnsupportedLanguage
+from cddlm.errors import (Busy, ConfigurationError, RemoteFault, ResolutionError, UnsupportedLanguage,
+                          clip)
 from cddlm.lang import registry
 from cddlm.lang.model import NEVER
 from cddlm.transport import Reply
@@ -188,7 +192,8 @@ def resolution_error(fault: client.PortalFault, path: str) -> ResolutionError:
     said = fault.detail if fault.detail is not None else etree.Element("none")
     kind = (said.findtext("{%s}kind" % ns.API) or "").strip()
     reason = (said.findtext("{%s}Description" % ns.WSRF_BF) or "").strip() or fault.message
-    return ResolutionError(reason, kind=kind if kind in NEVER else "unresolved-reference", path=path)
+    return ResolutionError(clip(reason), kind=kind if kind in NEVER else "unresolved-reference",
+                           path=path)
 
 
 class ClientHostPortal:
@@ -212,7 +217,7 @@ class ClientHostPortal:
                 raise Gone(str(e)) from None
             if e.fault in BUSY_FAULTS:
                 raise AgentUnreachable("%s is busy: %s" % (self.url, e)) from None
-            raise RemoteFault("%s answered %s" % (self.url, e),
+            raise RemoteFault(clip("%s answered %s" % (self.url, e)),
                               relay.fault_cause(e.code, e.message, e.detail)) from None
         except transport.NotSoap as e:
             if read or (self.host and e.status in NOT_NOW):
@@ -281,11 +286,12 @@ class ClientHostPortal:
         info = r.get("terminationInfo") or {}
         fault = info.get("fault")
         if fault is not None:
-            fault = etree.tostring(fault, encoding="unicode") if relay.is_base_fault(fault) else \
+            fault = relay.bounded(fault) if relay.is_base_fault(fault) else \
                 relay.wrap(None, info.get("reason") or "failed", fault)
-        return Status(r.get("state") or "", {h["path"]: (h.get("state") or "", h.get("detail") or "")
-                                            for h in r.get("health") or [] if h.get("path")},
-                      info.get("reason"), fault)
+        return Status(r.get("state") or "",
+                      {h["path"]: (h.get("state") or "", clip(h.get("detail") or ""))
+                       for h in r.get("health") or [] if h.get("path")},
+                      clip(info["reason"]) if info.get("reason") else None, fault)
 
     def subscribe(self, ref: Ref, consumer: str) -> None:
         self._do(lambda: self._app(ref).subscribe(consumer, termination=None))
@@ -295,15 +301,26 @@ class ClientHostPortal:
         (``resolution_error``)."""
         def ask() -> Any:
             try:
-                return self._app(ref).resolve(path)
+                value = self._app(ref).resolve(path)
             except client.PortalFault as e:
                 if e.fault != "ResolutionFault":
                     raise
                 raise resolution_error(e, path) from None
+            if self.host and isinstance(value, client.Reference):
+                # (a host runs no delegate: a component's value is never an EPR)
+                raise ValueError("an application reference")
+            return value
         return self._do(ask, read=True)
 
     def logs(self, ref: Ref, path: str, stream: str, lines: int | None, offset: int | None) -> dict:
-        return self._do(lambda: self._app(ref).logs(path, stream, lines=lines, offset=offset), read=True)
+        """The lines and the offset to read on from; an offset no log has (negative, past
+        2**63) is garbage: relayed, the next read of ``cddlm logs -f`` would be refused."""
+        def read() -> dict:
+            found = self._app(ref).logs(path, stream, lines=lines, offset=offset)
+            if not 0 <= found["offset"] < 2 ** 63:
+                raise ValueError("offset %d" % found["offset"])
+            return found
+        return self._do(read, read=True)
 
     def components(self, ref: Ref) -> list[dict]:
         return self._do(lambda: self._app(ref).components(), read=True)

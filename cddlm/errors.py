@@ -38,6 +38,18 @@ zeep, OSError) are translated where they are caught and never leak upward.
 
 from __future__ import annotations
 
+MAX_TEXT = 4096     # characters of one text of a fault the portal answers or relays
+
+
+def clip(text: str, limit: int = MAX_TEXT) -> str:
+    """``text`` cut to ``limit`` characters, saying how many more there were: the bound on
+    every text of a fault (one quoting a caller's megabyte of path, or relaying a peer's
+    megabyte of message)."""
+    if len(text) <= limit:
+        return text
+    more = " ... (%d characters more)" % (len(text) - limit)
+    return text[:max(0, limit - len(more))] + more
+
 
 class CddlmError(Exception):
     """Base of every error the portal raises on purpose."""

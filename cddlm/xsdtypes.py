@@ -10,6 +10,8 @@ from cddlm.errors import BadArgument
 
 _DURATION = re.compile(r"^(-)?P(?!$)(?:(\d+)Y)?(?:(\d+)M)?(?:(\d+)D)?"
                        r"(?:T(?=\d)(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
+# the last time an xsd:dateTime is written for (a time past it could never be shown)
+LATEST = dt.datetime(9999, 12, 31, 23, 59, 59, tzinfo=dt.timezone.utc).timestamp()
 
 
 def format_datetime(ts: float) -> str:
@@ -32,8 +34,10 @@ def parse_duration(text: str) -> float:
     """Seconds; years count 365 days and months 30 (xsd:duration has no fixed length)."""
     m = _DURATION.match((text or "").strip())
     if not m:
-        raise BadArgument("%r is not an xsd:duration" % text)
+        raise BadArgument("%r is not an xsd:duration" % text[:80])
     sign, years, months, days, hours, minutes, seconds = m.groups()
+    if any(len(part or "") > 18 for part in m.groups()):
+        raise BadArgument("%r... is longer than any time the portal keeps" % text[:40])
     total = ((int(years or 0) * 365 + int(months or 0) * 30 + int(days or 0)) * 86400
              + int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds or 0))
     return -total if sign else total
@@ -51,7 +55,10 @@ def parse_time(text: str, now: float) -> float:
     """An xsd:dateTime, or an xsd:duration counted from ``now`` (WSN AbsoluteOrRelativeTime)."""
     text = (text or "").strip()
     if text.startswith("P") or text.startswith("-P"):
-        return now + parse_duration(text)
+        when = now + parse_duration(text)
+        if not 0 <= when <= LATEST:
+            raise BadArgument("%r from now is past the year 9999 (or before 1970)" % text[:80])
+        return when
     return parse_datetime(text)
 
 

@@ -46,7 +46,7 @@ from cddlm.errors import (BadArgument, NoSuchApplication, ResolutionError, Resou
                           UnableToSetTerminationTime)
 from cddlm.lang import registry
 from cddlm.lang.documents import parse_xml
-from cddlm.lang.model import Deployment
+from cddlm.lang.model import Deployment, canonical
 from cddlm.xsdtypes import parse_time
 
 
@@ -590,11 +590,15 @@ class Service:
     def resolve(self, app_id: str, path: str) -> Any:
         """A component (a dict of its attributes and runtime values) or one value, by path."""
         app = self.get(app_id)
-        path = (path or "").strip().strip("/")
+        path = canonical((path or "").strip())    # one spelling: w//grace is w/grace
         if not app.deployment:
             raise ResolutionError("application %s has no component tree yet (initialize it first)"
                                   % app_id, kind="not-initialized", path=path)
         tree = Deployment.from_json(app.deployment)
+        if tree.within_secret(path):
+            # a secret or a part of one: hidden, whether or not it has that key (an error
+            # saying what it holds, or that a key is not there, would tell)
+            return secrets.HIDDEN
         with self.store.read() as conn:
             comps = repo.get_components(conn, app_id)
         rows = {c.path: c for c in comps}

@@ -242,17 +242,22 @@ class Views:
 
     def _observed_there(self, app_id: str, comps: list[repo.Component]) -> dict[str, dict]:
         """What the host portals running some of ``comps`` report of them (pid, ports), for
-        those running there; a host portal that does not answer reports nothing."""
-        hosts = {c.host for c in comps if c.observed in (states.STARTING, states.RUNNING)
-                 and hasattr(self.runners.get(c.host or ""), "observed")}
+        those running there; a host portal that does not answer reports nothing, and what one
+        reports of a component another host runs is not taken (a host may lie)."""
+        hosts: dict[str, set[str]] = {}
+        for c in comps:
+            if c.observed in (states.STARTING, states.RUNNING) \
+                    and hasattr(self.runners.get(c.host or ""), "observed"):
+                hosts.setdefault(c.host, set()).add(c.path)
         out: dict[str, dict] = {}
-        for host in sorted(hosts):
+        for host, paths in sorted(hosts.items()):
             runner = self.runners[host]
             try:
                 with self.asking(runner):
-                    out.update(runner.observed(app_id))
+                    reported = runner.observed(app_id)
             except (HostUnreachable, Busy):
                 continue        # (its pid and ports are not known now: shown as none)
+            out.update((path, reported[path]) for path in paths & reported.keys())
         return out
 
     def _tree(self, app: repo.App) -> Deployment | None:

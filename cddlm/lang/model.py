@@ -9,7 +9,9 @@ Paths: a component is addressed by the names from a root, joined by ``/`` (``sit
 an attribute or runtime value by the component path plus its name (``site/web/port``), and a
 part of one by the keys that select it after that (``site/web/env/PGPASSWORD``: the key
 ``PGPASSWORD`` of the map ``env``; ``site/web/argv/0``: the list ``argv``'s first item).
-``Deployment.split_target`` is the one rule that reads a reference's target so.
+``Deployment.split_target`` is the one rule that reads a reference's target so, and
+``canonical`` the one spelling of a path: empty segments (``w//port``, ``/w/port/``) are
+dropped, so that every spelling of a path names the same value and the same secret.
 
 Secrets: ``Deployment.secrets`` holds the paths of values a descriptor marks secret (an
 attribute, ``web/argv``, or one entry of a map, ``web/env/PGPASSWORD``), and
@@ -60,6 +62,29 @@ class Lazy:
 
 Value = Union[str, int, float, bool, list, dict, Lazy, None]
 
+
+def segments(path: str) -> list[str]:
+    """A path's segments, without empty ones (``w//env/`` is ``w``, ``env``)."""
+    return [p for p in path.split("/") if p]
+
+
+def canonical(path: str) -> str:
+    """The one spelling of a path (``/w//env/KEY/`` is ``w/env/KEY``)."""
+    return "/".join(segments(path))
+
+
+QUOTED = 200        # characters of a caller's path or key an error quotes
+
+
+def quoted(text: str) -> str:
+    """A caller's path or key as an error quotes it: its start, when it is long."""
+    return text if len(text) <= QUOTED else text[:QUOTED - 3] + "..."
+
+
+# the longest list index a key may be (a longer run of digits is no item of any list, and
+# int() refuses one of more than 4,300 digits)
+MAX_INDEX_DIGITS = 18
+
 # the kinds of ``ResolutionError`` saying a reference never will have a value (it names no
 # component, a key its value lacks, a loop), where ``unresolved-reference`` says: not yet
 NEVER = frozenset({"dangling-reference", "reference-loop"})
@@ -76,32 +101,41 @@ class RefTarget(NamedTuple):
     keys: tuple[str, ...] = ()
 
     def select(self, value: Value, resolve: Callable[[Lazy], Value] | None = None,
-               runtime: bool = False) -> Value:
+               runtime: bool = False, secret: Callable[[str], bool] | None = None) -> Value:
         """The part of ``value`` (the value named) that ``keys`` select. A lazy value met on the
         way is resolved by ``resolve`` first (None: it cannot be selected into yet). A key that
         is not there is a ``ResolutionError`` that says what is there: a ``dangling-reference``
         (it never will be), but for an item of a list in a ``runtime`` value, which may still
         come (the ports a process opens later: ``unresolved-reference``, asked again; so for an
         empty text, which is how another portal answers an empty list). A runtime map (or a
-        single value) is recorded whole: a key it lacks never comes."""
+        single value) is recorded whole: a key it lacks never comes. ``secret`` says whether
+        the value at a path is a secret or part of one (``Deployment.within_secret``): what
+        such a value holds is never said (its keys, its size, whether a key is there)."""
         where = self.component + "/" + self.name
+        walked = [where]
         for key in self.keys:
             if isinstance(value, Lazy):
                 if resolve is None:
                     raise ResolutionError("%s cannot be selected yet: %s is only known on its host "
-                                          "at deployment (make the reference lazy)" % (self.target, where),
+                                          "at deployment (make the reference lazy)"
+                                          % (quoted(self.target), where),
                                           kind="lazy-value", path=self.target)
                 value = resolve(value)
             if isinstance(value, dict) and key in value:
                 value = value[key]
-            elif isinstance(value, list) and key.isascii() and key.isdigit() and int(key) < len(value):
+            elif isinstance(value, list) and key.isascii() and key.isdigit() \
+                    and len(key) <= MAX_INDEX_DIGITS and int(key) < len(value):
                 value = value[int(key)]
             else:
                 growing = runtime and (isinstance(value, list) or value == "")
-                raise ResolutionError("%s does not exist: %s %s" % (self.target, where, _has(value, key)),
+                hidden = next((w for w in walked if secret is not None and secret(w)), None)
+                said = "%s is secret: what it holds is not said" % hidden if hidden else \
+                    "%s %s" % (where, _has(value, quoted(key)))
+                raise ResolutionError("%s does not exist: %s" % (quoted(self.target), said),
                                       kind="unresolved-reference" if growing else "dangling-reference",
                                       path=self.target)
             where += "/" + key
+            walked.append(where)
         return value
 
 
@@ -182,9 +216,15 @@ class Deployment:
         """Whether the value at ``path`` is a secret or holds one (``web/env`` holds
         ``web/env/PGPASSWORD``; ``web/env/PGPASSWORD`` is one; a component path holds all its
         attributes' secrets)."""
-        path = path.strip("/")
+        path = canonical(path)
         return any(s == path or s.startswith(path + "/") or path.startswith(s + "/")
                    for s in self.secrets) if path else bool(self.secrets)
+
+    def within_secret(self, path: str) -> bool:
+        """Whether the value at ``path`` is a secret or a part of one (``web/env/PGPASSWORD``
+        and below it; not ``web/env``, which only holds one): nothing of it is returned."""
+        path = canonical(path)
+        return path in self.secrets or any(path.startswith(s + "/") for s in self.secrets)
 
     def secret_strings(self) -> frozenset[str]:
         """Every secret string: ``secret_values`` and each string (or number) at or below a
@@ -213,7 +253,7 @@ class Deployment:
             yield from walk_from(root.name, root)
 
     def find(self, path: str) -> Component | None:
-        parts = [p for p in path.strip("/").split("/") if p]
+        parts = segments(path)
         level = self.components
         found = None
         for part in parts:
@@ -230,7 +270,7 @@ class Deployment:
         (``w/env/PGPASSWORD``: component ``w``, value ``env``, keys ``PGPASSWORD``).
         ``ResolutionError`` when no leading segment names a component. ``index``: every
         component by its path, for many targets read against one tree."""
-        parts = [p for p in target.strip("/").split("/") if p]
+        parts = segments(target)
         level, cut = self.components, 0
         for part in parts[:-1]:
             if index is not None:
@@ -243,7 +283,7 @@ class Deployment:
                 level = found.children
             cut += 1
         if not cut:
-            raise ResolutionError("%s names no component" % target, kind="dangling-reference",
+            raise ResolutionError("%s names no component" % quoted(target), kind="dangling-reference",
                                   path=target)
         return RefTarget(target, "/".join(parts[:cut]), parts[cut], tuple(parts[cut + 1:]))
 
@@ -262,7 +302,7 @@ class Deployment:
                         at = self.split_target(ref.target, index)
                         given = index[at.component].attributes.get(at.name)
                         if given is not None:
-                            at.select(given)
+                            at.select(given, secret=self.within_secret)
                     except ResolutionError as e:
                         if e.kind not in NEVER:
                             continue        # a lazy value on the way: known on its host

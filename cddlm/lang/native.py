@@ -237,7 +237,8 @@ class _Reader:
                         and (id(comp), at.name, slot) in pending:
                     settle((id(comp), at.name, slot))
             try:
-                return copy.deepcopy(at.select(comp.attributes[at.name]))     # (w/env/KEY: a key)
+                return copy.deepcopy(at.select(comp.attributes[at.name],     # (w/env/KEY: a key)
+                                               secret=dep.within_secret))
             except ResolutionError as e:
                 e.line = line
                 raise

@@ -3,7 +3,9 @@
 ``FAULTS`` maps each domain exception to its fault element, SOAP faultcode and wsa:Action;
 the most specific class wins. Every detail element extends ``wsrf-bf:BaseFaultType``
 (Timestamp, Description, and the fault's own children), and an error the portal did not
-expect becomes a ``soapenv:Server`` fault whose text hides the internals.
+expect becomes a ``soapenv:Server`` fault whose text hides the internals. Every text a fault
+carries is at most ``errors.MAX_TEXT`` characters (``errors.clip``): an error quoting a
+caller's megabyte of path answers a few kilobytes (a relayed cause is bounded by ``relay``).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from lxml import etree
 from spyne.model.fault import Fault
 
 from cddlm import errors, ns
+from cddlm.errors import clip
 from cddlm.xsdtypes import format_datetime
 
 log = logging.getLogger(__name__)
@@ -33,7 +36,7 @@ class FaultKind:
 
 def _sub(parent: etree._Element, tag: str, text: object) -> None:
     if text is not None and text != "":
-        etree.SubElement(parent, tag).text = str(text)
+        etree.SubElement(parent, tag).text = clip(str(text))
 
 
 def _located(e, el) -> None:
@@ -126,7 +129,7 @@ def detail(exc: errors.CddlmError, now: float | None = None) -> etree._Element:
     kind = kind_of(exc)
     el = etree.Element(kind.element, nsmap={"wsrf-bf": BF, "api": API})
     etree.SubElement(el, "{%s}Timestamp" % BF).text = format_datetime(now or time.time())
-    etree.SubElement(el, "{%s}Description" % BF).text = exc.message
+    etree.SubElement(el, "{%s}Description" % BF).text = clip(exc.message)
     if kind.extra is not None:
         kind.extra(exc, el)
     return el
@@ -178,7 +181,7 @@ def to_fault(exc: BaseException) -> SoapFault:
         return fault
     if isinstance(exc, errors.CddlmError):
         kind = kind_of(exc)
-        return SoapFault(kind.code, str(exc), detail(exc), kind.action)
+        return SoapFault(kind.code, clip(str(exc)), detail(exc), kind.action)
     log.exception("unexpected error while handling a request", exc_info=exc)
     internal = errors.ServerError("internal error in the portal (%s); the portal log has the details"
                                   % type(exc).__name__)

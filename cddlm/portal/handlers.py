@@ -28,7 +28,7 @@ from cddlm.portal import messages as m
 from cddlm.portal import properties as rp
 from cddlm.portal.soap import Endpoint, Operation, Request
 from cddlm.xpathsafe import XPathPool
-from cddlm.xsdtypes import format_datetime, format_duration, parse_datetime, parse_duration
+from cddlm.xsdtypes import format_datetime, format_duration, parse_datetime, parse_time
 
 API, RL, WSNT = ns.API, ns.WSRF_RL, ns.WSNT
 RLW = "http://docs.oasis-open.org/wsrf/rlw-2/"
@@ -137,7 +137,7 @@ class Handlers:
         ext = "{%s}" % ns.EXT
         limit, after = req.body.findtext(ext + "limit"), req.body.findtext(ext + "after")
         page, marker = self.service.list_applications(
-            int(limit) if limit is not None else None, after, principal=req.principal)
+            m.integer(limit, "limit"), after, principal=req.principal)
         out = etree.Element(ext + "listApplicationsResponse", nsmap={"ext": ns.EXT})
         for a in page:
             el = etree.SubElement(out, ext + "application", id=a["id"], state=a["state"],
@@ -295,8 +295,8 @@ class Handlers:
         lines, offset = b.findtext(ext + "lines"), b.findtext(ext + "offset")
         found = self.views.log(req.principal, app.id, (b.findtext(ext + "component") or "").strip(),
                                (b.findtext(ext + "stream") or "stdout").strip(),
-                               lines=int(lines) if lines else None,
-                               offset=int(offset) if offset else None)
+                               lines=m.integer(lines or None, "lines"),
+                               offset=m.integer(offset or None, "offset"))
         out = etree.Element(ext + "logsResponse", nsmap={"ext": ns.EXT}, component=found["path"],
                             stream=found["stream"],
                             available="true" if found["available"] else "false",
@@ -519,7 +519,7 @@ def requested_time(body: etree._Element, namespace: str, at: str,
     if requested is not None:
         return (None if is_nil(requested) else parse_datetime(requested.text or "")), now
     if duration is not None:
-        return now + parse_duration(duration.text or ""), now
+        return parse_time(duration.text or "", now), now
     raise BadArgument("the request needs %s or %s" % (at, after))
 
 

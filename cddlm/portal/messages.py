@@ -32,6 +32,21 @@ def text(el: etree._Element, local: str) -> str | None:
     return None if c is None else (c.text or "")
 
 
+MAX_DIGITS = 18     # an integer a request may give (int64); a longer one is refused, not parsed
+
+
+def integer(value: str | None, what: str) -> int | None:
+    """A schema-valid integer's text as an int (None: absent); ``BadArgument`` for one of more
+    than ``MAX_DIGITS`` digits (no count or offset is that large, and int() refuses one of
+    more than 4,300 digits with an error that is no caller's fault)."""
+    if value is None:
+        return None
+    value = value.strip()
+    if len(value.lstrip("+-").lstrip("0")) > MAX_DIGITS:
+        raise BadArgument("%s %s... is too large (more than %d digits)" % (what, value[:20], MAX_DIGITS))
+    return int(value)
+
+
 def element(local: str, *children: etree._Element, value: Any = None) -> etree._Element:
     el = etree.Element(q(local), nsmap={"api": ns.API})
     if value is not None:
@@ -74,7 +89,7 @@ def options(holder: etree._Element | None) -> list[Option]:
             value: Any = data[0] if len(data) == 1 else value_el
             canonical = etree.tostring(value_el, method="c14n").decode()
         elif kind == "integer":
-            value = int((value_el.text or "").strip())
+            value = integer(value_el.text or "", "option %s's integer" % name)
             canonical = str(value)
         elif kind == "boolean":
             value = parse_boolean(value_el.text or "")

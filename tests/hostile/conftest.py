@@ -210,6 +210,16 @@ def live(tmp_path_factory):
     kill_leftovers(tmp)
 
 
+@pytest.fixture(scope="module")
+def portal(tmp_path_factory):
+    """A portal of the test module's own, with no victim (attacks that need no witness)."""
+    tmp = tmp_path_factory.mktemp("portal")
+    p = Portal(tmp).start()
+    yield p
+    p.stop()
+    kill_leftovers(tmp)
+
+
 @pytest.fixture
 def own_portal(tmp_path):
     """A portal of the test's own (for attacks that kill, corrupt or lock it)."""

@@ -25,17 +25,6 @@ WAITING = ("heat_template_version: 2015-04-30\n"
            "      readiness: {log: {get_param: pattern}, timeout: 4}\n")
 
 
-@pytest.fixture(scope="module")
-def portal(tmp_path_factory):
-    from tests.conftest import kill_leftovers
-    from tests.hostile.conftest import Portal
-    tmp = tmp_path_factory.mktemp("hidden")
-    p = Portal(tmp).start()
-    yield p
-    p.stop()
-    kill_leftovers(tmp)
-
-
 def everything(p, app: str, name: str) -> dict[str, str]:
     """What every way out says of an application now, by where it was read."""
     rid = p.prop(app, "api:id").text("//api:id")

@@ -51,7 +51,7 @@ def resolved(text: str, language: str = ns.NATIVE):
 @pytest.mark.parametrize("target, says", [
     ("w/env/B", "w/env/B does not exist: w/env has no key B (keys: A, P, S)"),
     ("w/env/A/deeper", "w/env/A is a single value, not a map or a list: it has no key deeper"),
-    ("w/env/S/deeper", "w/env/S is a single value"),
+    ("w/env/S/deeper", "w/env/S is secret: what it holds is not said"),    # (not its kind)
     ("w/argv/2", "w/argv is a list of 2 items: it has no item 2"),
     ("nope/pid", "nope/pid names no component"),
 ])

@@ -10,7 +10,9 @@ Two runners use it: the SSH runner (its scripts' prelude, ``sshscript``) and the
 - ``tp PID``: the TCP ports it listens on, in hexadecimal as /proc/net/tcp writes them, each
   followed by a space: its socket inodes (``ls -l /proc/PID/fd``) matched against the
   namespace's sockets in state ``0A`` (LISTEN); nothing, and no program run, for a process
-  holding no socket.
+  holding no socket. A socket's link is ``N -> socket:[INODE]``, the one arrow and nothing
+  after: a file the process opened whose name holds `` -> socket:[INODE]`` (of another
+  process's socket) is not taken for one.
 - ``rp FILE JOB``: the Slurm watcher. Called by a job script just before it ``exec``s its
   program: writes ``JOB PID`` into FILE (the job's launch marker, ``slurm._marker``) at once,
   then starts a detached watcher (its output to /dev/null, never the component's logs; not a
@@ -38,7 +40,8 @@ LISTENING = r"""
 hs() { for f in "/proc/$1/fd/"*; do [ -S "$f" ] && return 0; done; return 1; }
 tp() { hs "$1" && ls -l "/proc/$1/fd" 2>/dev/null | awk '
     FILENAME ~ /^\/proc\/net\/tcp6?$/ { if ($4 == "0A" && ($10 in w)) printf "%s ", substr($2, index($2, ":") + 1); next }
-    $(NF-1) == "->" && $NF ~ /^socket:\[[0-9]+\]$/ { w[substr($NF, 9, length($NF) - 9)] = 1 }
+    { for (i = 1; i < NF && $i != "->"; i++) ;
+      if (i == NF - 1 && $NF ~ /^socket:\[[0-9]+\]$/) w[substr($NF, 9, length($NF) - 9)] = 1 }
   ' - /proc/net/tcp /proc/net/tcp6 2>/dev/null; }
 """
 

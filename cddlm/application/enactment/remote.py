@@ -627,7 +627,8 @@ class RemoteRunner:
         comp_path = at.component
         given = shape.tree.find(comp_path).attributes.get(at.name)
         try:
-            given = at.select(given) if given is not None else None    # the part named
+            given = at.select(given, secret=shape.tree.within_secret) if given is not None \
+                else None       # the part named
         except ResolutionError as e:
             if e.kind != "lazy-value":
                 raise       # a key the value given does not have: never will

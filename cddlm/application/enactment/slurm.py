@@ -276,7 +276,9 @@ class SlurmRunner:
         return os.path.join(self._arrays_dir(app_id), key)
 
     def _manifest(self, app_id: str, key: str) -> dict[int, str]:
-        """An array's tasks: index -> component path (written before its submit)."""
+        """An array's tasks: index -> component path (written before its submit). It is on the
+        folder the nodes write, where a component's program may write too: a line that is not
+        an index (ASCII digits, a job array's size at most) and a path is left out."""
         if not ARRAY_KEY.fullmatch(key):
             return {}
         try:
@@ -287,7 +289,7 @@ class SlurmRunner:
         out = {}
         for line in lines:
             index, _, path = line.partition(" ")
-            if index.isdigit() and path:
+            if index.isascii() and index.isdigit() and len(index) <= 9 and path:
                 out[int(index)] = path
         return out
 

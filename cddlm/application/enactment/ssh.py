@@ -276,11 +276,13 @@ class SshRunner:
             words = answers.get(n) if t.type == "process" else None
             if t.type != "process" or any(k is key for k, _ in now_known):
                 continue
-            if not words or words[0] != "run" or len(words) < 3:
+            pid = sh.pid_of(words[1]) if words and words[0] == "run" and len(words) == 3 else None
+            if pid is None:
                 started.append((key, Outcome("failed", "cannot start %s on host %s: %s" % (
-                    t.attributes["argv"][0], self.host.name, " ".join(words[1:]) if words else "no answer"))))
+                    t.attributes["argv"][0], self.host.name,
+                    " ".join(words[1:])[:200] if words else "no answer"))))
                 continue
-            pid, begun = int(words[1]), (words[2] if words[2] != "-" else "")
+            begun = words[2] if words[2] != "-" else ""
             base = dict(pid=pid, pid_start=begun, runtime={
                 "pid": pid, "host": self.host.name, "workdir": self.component_dir(t.app_id, t.path)})
             ready = t.attributes.get("readiness")

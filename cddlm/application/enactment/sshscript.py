@@ -14,6 +14,12 @@ small ``sh`` (the session leader, its process group's id) that writes the exit s
 ``status`` when it ends, because over SSH no portal is its parent to learn it. That shell traps
 the stop signals (so they reach the program with their default action, and it outlives it);
 a status above 128 is reported as the signal 128 less (as ``sh`` itself reports it).
+
+The pid and status files are in the component's directory, where its program may write
+anything: a pid is taken only as a process id (``pf``) of a process whose environment names
+the component (``ours``: at its start too, not only at re-adoption), and a status only as
+``sh``'s 0-255 (``ended``), so a program cannot have another process signalled (init's group
+is every process of the account) nor a worker fail on what it wrote.
 """
 
 from __future__ import annotations
@@ -30,19 +36,22 @@ PRELUDE = procsh.ALIVE + procsh.LISTENING + r"""
 is() { st "$1" && { [ "$2" = - ] || [ "$S" = "$2" ]; }; }
 ours() { tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | grep -qxF "CDDLM_COMPONENT=$2"; }
 W='trap : HUP INT QUIT TERM USR1 USR2 ALRM; sh -c '\''echo $$ > "$0/pid" && exec "$@"'\'' "$0" "$@"; echo $? > "$0/status"'
-ad() { [ -s "$2/pid" ] || return 1; read p < "$2/pid" || return 1; st "$p" || return 1
+pf() { p=; read -r p < "$1/pid" 2>/dev/null; case $p in ''|*[!0-9]*|????????*) return 1;; esac; }
+ad() { [ -s "$2/pid" ] || return 1; pf "$2" || return 1; st "$p" || return 1
   ours "$p" "$3" || return 1; echo "$1 run $p $S"; }
 sp() { k=$1 d=$2 c=$3; shift 3; { : > "$d/pid" && : > "$d/status"; } 2>/dev/null || { echo "$k fail cannot write in $d"; return; }
   cd "$c" 2>/dev/null || { echo "$k fail cannot enter its directory $c"; return; }
   setsid -f sh -c "$W" "$d" "$@" </dev/null >>"$d/stdout.log" 2>>"$d/stderr.log" \
     || echo "$k fail setsid could not start it"; }
 wt() { n=0; while [ ! -s "$2/pid" ]; do n=$((n+1)); [ $n -gt 500 ] && { echo "$1 fail no pid file after 5 s"; return; }
-  sleep 0.01; done; read p < "$2/pid"; if st "$p"; then echo "$1 run $p $S"; else echo "$1 run $p -"; fi; }
+  sleep 0.01; done; pf "$2" || { echo "$1 fail its pid file holds no process id"; return; }
+  if ! st "$p"; then echo "$1 run $p -"; elif ours "$p" "$3"; then echo "$1 run $p $S"
+  else echo "$1 fail its pid file names process $p, which is not its own"; fi; }
 lv() { if is "$2" "$3"; then echo "$1 up $S"; return; fi
   [ -s "$4/status" ] || sleep 0.05; r=-; [ -s "$4/status" ] && read r < "$4/status"; echo "$1 end ${r:--}"; }
 sg() { if is "$2" "$3"; then kill -$4 -$G 2>/dev/null || kill -$4 $2 2>/dev/null; echo "$1 sent $G $2"
   else echo "$1 gone"; fi; }
-so() { p=$2 t=$3; if [ "$p" = - ] && [ -s "$5/pid" ]; then read p < "$5/pid"; t=-; ours "$p" "$6" || p=-; fi
+so() { p=$2 t=$3; if [ "$p" = - ] && [ -s "$5/pid" ]; then t=-; { pf "$5" && ours "$p" "$6"; } || p=-; fi
   if [ "$p" = - ]; then echo "$1 gone"; else sg "$1" "$p" "$t" "$4"; fi; }
 kg() { kill -KILL -$2 2>/dev/null; echo "$1 killed"; }
 lg() { f=$3; if [ ! -f "$f" ] || [ -h "$f" ]; then echo "$1 log $2 0 0"; echo; return; fi
@@ -50,8 +59,8 @@ lg() { f=$3; if [ ! -f "$f" ] || [ -h "$f" ]; then echo "$1 log $2 0 0"; echo; r
   if [ "$o" = - ]; then o=$((z > $5 ? z - $5 : 0)); elif [ "$o" -gt "$z" ]; then o=0; fi
   n=$((z - o)); [ $n -gt $5 ] && n=$5; echo "$1 log $2 $o $n"
   [ $n -gt 0 ] && tail -c +$((o + 1)) "$f" | head -c $n; echo; }
-cap() { find "$1" -type f -name '*.log' -size +"$2"c 2>/dev/null | while read -r f; do
-    tail -c "$2" "$f" > "$f.1" && : > "$f"; done; }
+cap() { find "$1" -type f -name '*.log' -size +"$2"c -exec sh -c \
+    'for f; do tail -c "$0" "$f" > "$f.1" && : > "$f"; done' "$2" {} + 2>/dev/null; }
 dk() { if [ -d "$2" ]; then echo "$1 ok"; else echo "$1 fail cannot create $2"; fi; }
 ex() { case $2 in
     /*) if [ -f "$2" ] && [ -x "$2" ]; then echo "$1 ok $2"; else echo "$1 missing"; fi;;
@@ -87,8 +96,15 @@ def start_line(key: int, workdir: str, cwd: str, component: str, env: dict[str, 
     spawn = "ad %d %s %s || { ( %s; sp %d %s %s %s ); P=\"$P %d\"; }" % (
         key, q(workdir), q(component), env_exports(env), key, q(workdir), q(cwd),
         " ".join(q(a) for a in argv), key)
-    collect = 'case " $P " in *" %d "*) wt %d %s;; esac' % (key, key, q(workdir))
+    collect = 'case " $P " in *" %d "*) wt %d %s %s;; esac' % (key, key, q(workdir), q(component))
     return spawn, collect
+
+
+def pid_of(word: str) -> int | None:
+    """A process id a script answered (from a pid file the program may write): None for a
+    word that is none."""
+    ok = word.isascii() and word.isdigit() and len(word) <= 7 and 0 < int(word) <= procsh.MAX_PID
+    return int(word) if ok else None
 
 
 def parse_lines(text: bytes) -> dict[int, list[str]]:
@@ -129,8 +145,9 @@ def parse_logs(text: bytes) -> tuple[dict[tuple[int, str], tuple[int, bytes]], d
 
 
 def ended(status: str) -> tuple[str, int | None, str | None]:
-    """What a recorded status says: (words, exit code, signal name)."""
-    if not status.lstrip("-").isdigit():
+    """What a recorded status says: (words, exit code, signal name). The status file is in the
+    component's directory, where its program may write anything: only ``sh``'s 0-255 is one."""
+    if not (status.isascii() and status.isdigit() and len(status) <= 3 and int(status) <= 255):
         return "ended (its exit status was not recorded: killed with its session?)", None, None
     code = int(status)
     if code > 128:

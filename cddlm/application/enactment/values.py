@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 from cddlm.application.enactment import procfs
 from cddlm.errors import ResolutionError
-from cddlm.lang.model import Component as Node, Deployment, Lazy
+from cddlm.lang.model import Component as Node, Deployment, Lazy, quoted
 
 # the runtime values ``resolve`` adds to a component's attributes
 RESOLVED_RUNTIME = ("pid", "host", "workdir", "port", "state", "exit_code", "location", "job", "node")
@@ -93,7 +93,8 @@ class HostValues:
         seen = seen | {target}
         if name in node.attributes and node.attributes[name] is not None:
             # select in the value as given, resolving only the lazy parts on the way
-            return self.value(at.select(node.attributes[name], lambda v: self.value(v, seen)), seen)
+            return self.value(at.select(node.attributes[name], lambda v: self.value(v, seen),
+                                        secret=self.tree.within_secret), seen)
         value = self.runtime(comp_path, name)
         if value is None:
             row = self.rows.get(comp_path)
@@ -102,14 +103,14 @@ class HostValues:
                 # not a value that is still to come: one that will never be
                 raise ResolutionError("%s does not exist: %s has no attribute or runtime value of "
                                       "that name (attributes: %s; runtime values: %s)" % (
-                                          target, comp_path, ", ".join(sorted(node.attributes))
+                                          quoted(target), comp_path, ", ".join(sorted(node.attributes))
                                           or "none", ", ".join(RESOLVED_RUNTIME)),
                                       kind="unresolved-reference", path=target)
-            raise ResolutionError("%s has no value yet on host %s" % (target, self.host),
+            raise ResolutionError("%s has no value yet on host %s" % (quoted(target), self.host),
                                   kind="unresolved-reference", path=target)
         # a runtime list may still gain the item (a port opened later): asked again; a key a
         # runtime map lacks never comes (recorded whole)
-        return at.select(value, runtime=True)
+        return at.select(value, runtime=True, secret=self.tree.within_secret)
 
     # -- any value -----------------------------------------------------------------------------
     def value(self, v: Any, seen: frozenset = frozenset()) -> Any:
