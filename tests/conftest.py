@@ -266,6 +266,25 @@ def client(portal):
     return WsgiClient(portal.wsgi)
 
 
+def closed_by_peer(socks: list[socket.socket], deadline: float) -> int:
+    """How many of ``socks`` the other side has closed (after whatever it answered, a 408
+    say) by ``deadline`` (``time.monotonic()``): awaited together, so that a slow machine's
+    late closes are still seen, and one already closed is counted at once."""
+    closed = 0
+    for s in socks:
+        try:
+            while True:
+                s.settimeout(max(0.01, deadline - time.monotonic()))
+                if not s.recv(4096):
+                    closed += 1
+                    break
+        except ConnectionError:      # reset: closed too
+            closed += 1
+        except OSError:              # the deadline passed with it still open
+            pass
+    return closed
+
+
 # -- a portal as a subprocess on a real port -------------------------------------------------------
 def free_port() -> int:
     with socket.socket() as s:
