@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -288,8 +289,28 @@ def closed_by_peer(socks: list[socket.socket], deadline: float) -> int:
 
 
 # -- a portal as a subprocess on a real port -------------------------------------------------------
+_PORT_DRAW = random.SystemRandom()     # not the module's generator: tests (Hypothesis) seed that
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port nothing is bound to on 127.0.0.1 now, for a server a test starts there later (or
+    for an address where nothing listens). Drawn below the kernel's ephemeral range: a port
+    of that range, free a moment ago, may be handed to another worker's port-0 server or
+    outgoing connection before the test binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    for _ in range(100):
+        port = _PORT_DRAW.randrange(10000, max(10001, ephemeral))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:       # (none free there: the kernel's choice)
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
