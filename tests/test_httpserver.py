@@ -97,7 +97,7 @@ def test_slow_headers_are_closed_and_cost_no_thread(server):
         assert get(s.port, body=b"ok")[0] == 200
         assert time.monotonic() - began < 1.0
         # closed at the header deadline (1 s after the last connected), still dripping: awaited
-        # (a fixed 2 s then half a second each missed a loaded machine's late closes), up to
+        # (a fixed 2 s then half a second each could miss a loaded machine's late closes), up to
         # 5 s after the last connected, well before the default deadline (10 s)
         assert closed_by_peer(slow, connected + 5) == len(slow), \
             "every slowloris connection is closed at the header deadline"

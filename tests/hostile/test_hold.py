@@ -176,7 +176,7 @@ def test_slowloris_connections_cost_sockets_and_are_closed_at_the_header_deadlin
             p.witness()
             time.sleep(0.25)
         # closed at their header deadline (3 s after the last connected), still dripping: awaited
-        # (a fixed sleep then a look missed the closes a loaded machine made a little late), up
+        # (a fixed sleep then a look could miss the closes a loaded machine makes late), up
         # to 8 s after the last connected, well before the default deadline (10 s)
         assert closed_by_peer(socks, connected + 8) == len(socks)
     finally:
