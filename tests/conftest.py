@@ -165,6 +165,23 @@ def pg_schema_url():
 
 
 @contextlib.contextmanager
+def pg_database_url():
+    """The URL of a fresh database, dropped afterwards. A schema of ``pg_schema_url`` shares
+    its database's notices (LISTEN and NOTIFY are per database) with every portal on it, other
+    tests' too: a test that counts notices, or what they make a portal read again, needs a
+    database of its own."""
+    import psycopg
+    name = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute('CREATE DATABASE "%s"' % name)
+    try:
+        yield PG_URL.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute('DROP DATABASE "%s" WITH (FORCE)' % name)
+
+
+@contextlib.contextmanager
 def schema_at(url: str, revision: str):
     """A store whose schema stops at an older ``revision``: yields (the store, a connection in
     a write transaction) to put rows of that schema in; migrate it afterwards."""
@@ -180,16 +197,22 @@ def schema_at(url: str, revision: str):
         yield store, conn
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path):
-    """Each store test runs on SQLite and on PostgreSQL (skipped with a reason if none runs)."""
+def db_urls(request, tmp_path, postgresql=pg_schema_url):
+    """``db_url``'s values: a SQLite file, or a ``postgresql()`` (skipped with a reason if no
+    PostgreSQL runs)."""
     if request.param == "sqlite":
         yield "sqlite:///%s" % (tmp_path / "portal.db")
         return
     if not postgres_available():
         pytest.skip("no PostgreSQL answers on 127.0.0.1:5432 (database test, trust auth)")
-    with pg_schema_url() as url:
+    with postgresql() as url:
         yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """Each store test runs on SQLite and on PostgreSQL (a schema of its own)."""
+    yield from db_urls(request, tmp_path)
 
 
 # -- in-process portal ----------------------------------------------------------------------------

@@ -11,6 +11,16 @@ import pytest
 
 from cddlm.application import repository as repo
 from cddlm.application.store import RowsHeld, Store
+from tests.conftest import db_urls, pg_database_url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """PostgreSQL: a database of its own. These tests count reads and notices, and every
+    portal on a database hears every change there (a notice names a table, not a schema):
+    another test's portal, in the other lane of make test's serial part, dropped rows held
+    here, or kept a portal from being alone."""
+    yield from db_urls(request, tmp_path, pg_database_url)
 
 
 def make(db_url) -> Store:
