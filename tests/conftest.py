@@ -62,7 +62,7 @@ SERIAL = {
     "tests/notify/test_delivery.py::test_a_full_lifecycle_reaches_a_consumer_promptly":
         "each event delivered within a second",
     "tests/security/test_delivery_shares.py::test_one_tenant_cannot_take_every_notification_sender":
-        "each of bob's events delivered within a second, for 15 s, while alice's hold senders",
+        "each of bob's events within a second, for 15 s, while alice's consumers hold senders",
     "tests/cli/test_deploy.py::test_a_timeout_says": "the command's end timed to the second",
     "tests/cli/test_deploy.py::test_terminate_and_destroy_force": "the command's end timed",
     "tests/test_conversations.py::test_conversation[conformance/view-termination-time.yaml]":

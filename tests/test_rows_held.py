@@ -18,8 +18,8 @@ from tests.conftest import db_urls, pg_database_url
 def db_url(request, tmp_path):
     """PostgreSQL: a database of its own. These tests count reads and notices, and every
     portal on a database hears every change there (a notice names a table, not a schema):
-    another test's portal, in the other lane of make test's serial part, dropped rows held
-    here, or kept a portal from being alone."""
+    another test's portals (the hosts lane of make test's serial part runs beside these)
+    would drop rows held here, and kept a portal from being alone (seen beside test_failover)."""
     yield from db_urls(request, tmp_path, pg_database_url)
 
 
