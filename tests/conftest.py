@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -60,6 +61,8 @@ SERIAL = {
         "2 s of CPU at most, on the edge beside other work",
     "tests/notify/test_delivery.py::test_a_full_lifecycle_reaches_a_consumer_promptly":
         "each event delivered within a second",
+    "tests/security/test_delivery_shares.py::test_one_tenant_cannot_take_every_notification_sender":
+        "each of bob's events within a second, for 15 s, while alice's consumers hold senders",
     "tests/cli/test_deploy.py::test_a_timeout_says": "the command's end timed to the second",
     "tests/cli/test_deploy.py::test_terminate_and_destroy_force": "the command's end timed",
     "tests/test_conversations.py::test_conversation[conformance/view-termination-time.yaml]":
@@ -162,6 +165,23 @@ def pg_schema_url():
 
 
 @contextlib.contextmanager
+def pg_database_url():
+    """The URL of a fresh database, dropped afterwards. A schema of ``pg_schema_url`` shares
+    its database's notices (LISTEN and NOTIFY are per database) with every portal on it, other
+    tests' too: a test that counts notices, or what they make a portal read again, needs a
+    database of its own."""
+    import psycopg
+    name = "t_" + uuid.uuid4().hex[:12]
+    with psycopg.connect(PG_URL, autocommit=True) as conn:
+        conn.execute('CREATE DATABASE "%s"' % name)
+    try:
+        yield PG_URL.rsplit("/", 1)[0] + "/" + name
+    finally:
+        with psycopg.connect(PG_URL, autocommit=True) as conn:
+            conn.execute('DROP DATABASE "%s" WITH (FORCE)' % name)
+
+
+@contextlib.contextmanager
 def schema_at(url: str, revision: str):
     """A store whose schema stops at an older ``revision``: yields (the store, a connection in
     a write transaction) to put rows of that schema in; migrate it afterwards."""
@@ -177,16 +197,22 @@ def schema_at(url: str, revision: str):
         yield store, conn
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request, tmp_path):
-    """Each store test runs on SQLite and on PostgreSQL (skipped with a reason if none runs)."""
+def db_urls(request, tmp_path, postgresql=pg_schema_url):
+    """``db_url``'s values: a SQLite file, or a ``postgresql()`` (skipped with a reason if no
+    PostgreSQL runs)."""
     if request.param == "sqlite":
         yield "sqlite:///%s" % (tmp_path / "portal.db")
         return
     if not postgres_available():
         pytest.skip("no PostgreSQL answers on 127.0.0.1:5432 (database test, trust auth)")
-    with pg_schema_url() as url:
+    with postgresql() as url:
         yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """Each store test runs on SQLite and on PostgreSQL (a schema of its own)."""
+    yield from db_urls(request, tmp_path)
 
 
 # -- in-process portal ----------------------------------------------------------------------------
@@ -266,9 +292,48 @@ def client(portal):
     return WsgiClient(portal.wsgi)
 
 
+def closed_by_peer(socks: list[socket.socket], deadline: float) -> int:
+    """How many of ``socks`` the other side has closed (after whatever it answered, a 408
+    say) by ``deadline`` (``time.monotonic()``): awaited together, so that a slow machine's
+    late closes are still seen, and one already closed is counted at once."""
+    closed = 0
+    for s in socks:
+        try:
+            while True:
+                s.settimeout(max(0.01, deadline - time.monotonic()))
+                if not s.recv(4096):
+                    closed += 1
+                    break
+        except ConnectionError:      # reset: closed too
+            closed += 1
+        except OSError:              # the deadline passed with it still open
+            pass
+    return closed
+
+
 # -- a portal as a subprocess on a real port -------------------------------------------------------
+_PORT_DRAW = random.SystemRandom()     # not the module's generator: tests (Hypothesis) seed that
+
+
 def free_port() -> int:
-    with socket.socket() as s:
+    """A port nothing is bound to on 127.0.0.1 now, for a server a test starts there later (or
+    for an address where nothing listens). Drawn below the kernel's ephemeral range: a port
+    of that range, free a moment ago, may be handed to another worker's port-0 server or
+    outgoing connection before the test binds it."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            ephemeral = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        ephemeral = 32768
+    for _ in range(100):
+        port = _PORT_DRAW.randrange(10000, max(10001, ephemeral))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:       # (none free there: the kernel's choice)
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

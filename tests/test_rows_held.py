@@ -11,6 +11,16 @@ import pytest
 
 from cddlm.application import repository as repo
 from cddlm.application.store import RowsHeld, Store
+from tests.conftest import db_urls, pg_database_url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """PostgreSQL: a database of its own. These tests count reads and notices, and every
+    portal on a database hears every change there (a notice names a table, not a schema):
+    another test's portals (the hosts lane of make test's serial part runs beside these)
+    would drop rows held here, and kept a portal from being alone (seen beside test_failover)."""
+    yield from db_urls(request, tmp_path, pg_database_url)
 
 
 def make(db_url) -> Store:
@@ -96,13 +106,15 @@ def test_another_writer_on_the_store_is_seen(db_url):
             assert mine._wal_fd, "the WAL index of %s is not read" % db_url
         set_state(other, app_id, "initialized", 3.0)
         changed = time.monotonic()
-        seen = state(mine, view_id)
+        seen = first = state(mine, view_id)
         while seen != "initialized" and time.monotonic() - changed < 0.5:
             time.sleep(0.005)
             seen = state(mine, view_id)
         assert seen == "initialized"
         if mine.is_sqlite:
-            assert time.monotonic() - changed < 0.1     # the very next read
+            # the very next read: told by what it read, not by a clock a loaded machine's
+            # scheduling may stretch past 0.1 s
+            assert first == "initialized"
         with other.write() as conn:
             repo.delete_app(conn, app_id)
         deadline = time.monotonic() + 0.5
@@ -328,7 +340,8 @@ def test_a_portal_alone_sends_no_notice_until_another_listens(db_url, monkeypatc
             set_state(mine, app_id, "initialized", 3.0)     # no notice
             assert changes_until_writer() == ["views"]      # the writer's only
             second = make(db_url)
-            assert watched(second) and until(lambda: not mine._alone(), 1.0)
+            # (within a PING or two: 5 s allow for a loaded machine; only a failure waits)
+            assert watched(second) and until(lambda: not mine._alone())
             assert state(second, view_id) == state(second, view_id) == "initialized"   # held
             set_state(mine, app_id, "running", 4.0)
             for notice in spy.notifies(timeout=5.0):

@@ -428,7 +428,9 @@ def test_a_failed_readiness_stops_its_process_within_the_batch_keeping_the_lease
     assert at["stubborn"] >= 2.0        # its KILL came after the grace
     assert not procfs.alive(outcome["stubborn"].pid, outcome["stubborn"].pid_start)
     gaps = [b - a for a, b in zip(kept, kept[1:])]
-    assert kept[-1] > 2.0 and max(gaps) < 0.5, kept
+    # kept every round (0.1-0.2 s apart): 1 s allows for a loaded machine's scheduling, where
+    # a stop holding the batch's thread left it unkept for the whole 2 s grace
+    assert kept[-1] > 2.0 and max(gaps) < 1.0, kept
     runner.stop_many([("slow", slow, outcome["slow"].pid, outcome["slow"].pid_start)], None,
                      lambda pairs: None)
 

@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from xml.sax.saxutils import escape
 
@@ -53,6 +54,17 @@ def popen(*args: str, portal: str | None = None, **kwargs) -> subprocess.Popen:
                             cwd=ROOT, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
                             **kwargs)
+
+
+def reader(proc: subprocess.Popen, lines: list[str]) -> threading.Thread:
+    """A thread appending each line ``proc`` prints on stdout to ``lines`` as it comes (to
+    await a line without blocking the test on a read that may never end)."""
+    def read():
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    return t
 
 
 def process(name: str, argv: list[str], readiness: dict | None = None, extra: str = "") -> str:

@@ -178,8 +178,9 @@ class SshHosts:
             self.sshd.append(proc)
         return proc
 
-    def wait_answering(self, i: int, timeout: float = 10.0) -> None:
-        """Until host ``i``'s sshd accepts connections (its banner)."""
+    def wait_answering(self, i: int, timeout: float = 30.0) -> None:
+        """Until host ``i``'s sshd accepts connections (its banner); ``timeout`` bounds only a
+        failure (an sshd starting on a loaded machine may take seconds)."""
         import socket
         deadline = time.monotonic() + timeout
         address = self.cluster.hosts[i].address

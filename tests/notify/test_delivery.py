@@ -66,12 +66,16 @@ def test_a_consumer_down_for_30_seconds_then_back_gets_every_event_in_order(make
     watcher = soap.subscribe(soap.portal.url + "/cddlm/portal", url + "/created", "api:ApplicationCreated")
     created = soap.create("after")[0]
     down_since = time.monotonic()
-    time.sleep(2)
-    status = soap.status(watcher)
+    # its first attempt fails at once (refused): awaited, where a fixed 2 s assumed the
+    # delivery worker had made it by then
+    deadline = time.monotonic() + 25
+    while not (status := soap.status(watcher)).get("failingSince"):
+        assert time.monotonic() < deadline, status
+        time.sleep(0.05)
     assert status["undelivered"] == "1" and status["failingSince"] and status["nextAttempt"]
     time.sleep(max(0.0, 30 - (time.monotonic() - down_since)))
     with consumer(port) as back:
-        events = collect(back, 13, timeout=5)
+        events = collect(back, 13, timeout=30)      # (within a backoff, 1 s, but for a failure)
         assert check_envelopes(back) >= 4
     for i, app in enumerate(apps):
         mine = [e for e in events if e.path == "/app%d" % i]
@@ -105,8 +109,13 @@ def test_pause_queues_and_resume_delivers_in_order(make):
         sub = soap.subscribe(view, listener.url("p"))
         soap.manage(sub, "PauseSubscription")
         soap.lifecycle(app)
-        time.sleep(0.5)
-        assert listener.get(timeout=0.1) is None and soap.status(sub)["undelivered"] == "3"
+        # the three events queued for it (by the delivery worker, in its own time: awaited),
+        # and none of them sent
+        deadline = time.monotonic() + 30
+        while soap.status(sub)["undelivered"] != "3":
+            assert time.monotonic() < deadline, soap.status(sub)
+            time.sleep(0.05)
+        assert listener.get(timeout=0.5) is None and soap.status(sub)["undelivered"] == "3"
         soap.manage(sub, "ResumeSubscription")
         events = collect(listener, 3, timeout=5)
         assert [e.state for e in events] == STATES[1:]

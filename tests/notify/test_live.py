@@ -7,13 +7,13 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 from lxml import etree
 
 from cddlm.client import Portal, PortalFault
+from tests.cli.helpers import reader
 from tests.conftest import ROOT, free_port
 from tests.notify.helpers import NATIVE, SLEEPER, check_envelopes, collect, consumer
 
@@ -73,15 +73,6 @@ def test_the_client_library_subscribes_renews_and_reads_current_messages(live_po
             assert e.fault == "ResourceUnknownFault"
 
 
-def _reader(proc: subprocess.Popen, lines: list[str]) -> threading.Thread:
-    def read():
-        for line in proc.stdout:
-            lines.append(line.rstrip("\n"))
-    t = threading.Thread(target=read, daemon=True)
-    t.start()
-    return t
-
-
 def _wait(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -95,7 +86,7 @@ def test_cddlm_watch_prints_events_as_they_arrive(live_portal):
     watch = [sys.executable, "-m", "cddlm.cli", "watch", "--portal", lp.url]
     everything = subprocess.Popen(watch, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     lines: list[str] = []
-    reader = _reader(everything, lines)
+    reading = reader(everything, lines)
     try:
         assert everything.stderr.readline().startswith("watching every application")   # set up
         app = portal.create(name="watched")
@@ -112,7 +103,7 @@ def test_cddlm_watch_prints_events_as_they_arrive(live_portal):
         _wait(lambda: any("running -> terminated" in line for line in lines), 20, "watch saw it all")
         everything.send_signal(signal.SIGINT)                 # Ctrl-C: unsubscribe and stop
         assert everything.wait(timeout=20) == 0
-        reader.join(timeout=5)
+        reading.join(timeout=5)
     finally:
         if everything.poll() is None:
             everything.kill()

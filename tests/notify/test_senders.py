@@ -76,7 +76,9 @@ def test_a_free_sender_never_waits_behind_another_tenants_stuck_requests():
         while sum(1 for who, _ in sent if who == "bob") < 3 and time.monotonic() < deadline:
             time.sleep(0.01)
         bob = [seconds for who, seconds in sent if who == "bob"]
-        assert len(bob) == 3 and max(bob) < 0.5, sent
+        # at once (a few ms), not behind alice's (held 10 s): 2 s allow for threads scheduled
+        # late on a loaded machine (this runs beside the parallel part's other workers)
+        assert len(bob) == 3 and max(bob) < 2.0, sent
     finally:
         release.set()
         assert len(senders.stop()) <= 18
