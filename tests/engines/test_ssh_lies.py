@@ -129,3 +129,19 @@ def test_a_file_named_like_a_socket_claims_no_port(portal):
     victim.terminate()
     for a in (app, victim):
         assert a.wait_for("terminated", timeout=60) == "terminated"
+
+
+def test_a_program_that_clears_its_environment_is_still_its_components(portal):
+    """The identity check that keeps a lying pid file from naming another process must not
+    refuse the component's own program when it starts with an environment of its own
+    (``env -i``): its session's leader, the wrapper's ``sh``, still names the component."""
+    app = Portal(portal.url, failover=False).create()
+    app.initialize(ns.NATIVE, body=native(process("bare", "env", "-i", "sleep", "600", host="h1")))
+    app.run()
+    assert app.wait_for("running", "failed", timeout=60) == "running", app.components()
+    (c,) = app.components()
+    assert b"CDDLM_COMPONENT" not in proc_env(c["pid"]), c         # (its own environment: none)
+    assert open("/proc/%d/cmdline" % c["pid"], "rb").read().split(b"\0")[0] == b"sleep"
+    app.terminate()
+    assert app.wait_for("terminated", timeout=60) == "terminated", app.components()
+    assert wait_until(lambda: not alive(c["pid"]), 30), "its process outlived its terminate"

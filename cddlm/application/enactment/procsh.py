@@ -5,7 +5,8 @@ Two runners use it: the SSH runner (its scripts' prelude, ``sshscript``) and the
 (a job script's watcher, ``REPORTER``). ``procfs`` is the same knowledge for this machine.
 
 - ``st PID``: whether the process lives (not a zombie); sets ``S`` (its start time, field 22
-  of /proc/PID/stat: with the pid, an identity) and ``G`` (its process group).
+  of /proc/PID/stat: with the pid, an identity), ``G`` (its process group) and ``I`` (its
+  session).
 - ``hs PID``: whether it holds a socket (the shell's own test: no program run).
 - ``tp PID``: the TCP ports it listens on, in hexadecimal as /proc/net/tcp writes them, each
   followed by a space: its socket inodes (``ls -l /proc/PID/fd``) matched against the
@@ -33,7 +34,7 @@ REPORT_PACE = ("0.5", "1", "2", "4", "8")     # seconds between a watcher's look
 
 ALIVE = r"""
 st() { s=; read -r s 2>/dev/null < "/proc/$1/stat"; s=${s##*) }; set -- $s
-  case $1 in Z|X|x|'') return 1;; esac; S=${20} G=$3; }
+  case $1 in Z|X|x|'') return 1;; esac; S=${20} G=$3 I=$4; }
 """
 
 LISTENING = r"""

@@ -16,8 +16,10 @@ the stop signals (so they reach the program with their default action, and it ou
 a status above 128 is reported as the signal 128 less (as ``sh`` itself reports it).
 
 The pid and status files are in the component's directory, where its program may write
-anything: a pid is taken only as a process id (``pf``) of a process whose environment names
-the component (``ours``: at its start too, not only at re-adoption), and a status only as
+anything: a pid is taken only as a process id (``pf``) of a process of the component
+(``mine``: at its start too, not only at re-adoption): one whose environment names it, or
+whose session's leader's does (the wrapper's ``sh``, which no program of the component
+replaces: a program that starts with an environment of its own, ``env -i``, is still its), and a status only as
 ``sh``'s 0-255 (``ended``), so a program cannot have another process signalled (init's group
 is every process of the account) nor a worker fail on what it wrote.
 """
@@ -35,23 +37,24 @@ CHUNK = 64 * 1024       # bytes of a log read in one look
 PRELUDE = procsh.ALIVE + procsh.LISTENING + r"""
 is() { st "$1" && { [ "$2" = - ] || [ "$S" = "$2" ]; }; }
 ours() { tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | grep -qxF "CDDLM_COMPONENT=$2"; }
+mine() { ours "$1" "$2" || { st "$1" && [ "$I" != "$1" ] && ours "$I" "$2"; }; }
 W='trap : HUP INT QUIT TERM USR1 USR2 ALRM; sh -c '\''echo $$ > "$0/pid" && exec "$@"'\'' "$0" "$@"; echo $? > "$0/status"'
 pf() { p=; read -r p < "$1/pid" 2>/dev/null; case $p in ''|*[!0-9]*|????????*) return 1;; esac; }
 ad() { [ -s "$2/pid" ] || return 1; pf "$2" || return 1; st "$p" || return 1
-  ours "$p" "$3" || return 1; echo "$1 run $p $S"; }
+  mine "$p" "$3" || return 1; echo "$1 run $p $S"; }
 sp() { k=$1 d=$2 c=$3; shift 3; { : > "$d/pid" && : > "$d/status"; } 2>/dev/null || { echo "$k fail cannot write in $d"; return; }
   cd "$c" 2>/dev/null || { echo "$k fail cannot enter its directory $c"; return; }
   setsid -f sh -c "$W" "$d" "$@" </dev/null >>"$d/stdout.log" 2>>"$d/stderr.log" \
     || echo "$k fail setsid could not start it"; }
 wt() { n=0; while [ ! -s "$2/pid" ]; do n=$((n+1)); [ $n -gt 500 ] && { echo "$1 fail no pid file after 5 s"; return; }
   sleep 0.01; done; pf "$2" || { echo "$1 fail its pid file holds no process id"; return; }
-  if ! st "$p"; then echo "$1 run $p -"; elif ours "$p" "$3"; then echo "$1 run $p $S"
+  if ! st "$p"; then echo "$1 run $p -"; elif mine "$p" "$3"; then echo "$1 run $p $S"
   else echo "$1 fail its pid file names process $p, which is not its own"; fi; }
 lv() { if is "$2" "$3"; then echo "$1 up $S"; return; fi
   [ -s "$4/status" ] || sleep 0.05; r=-; [ -s "$4/status" ] && read r < "$4/status"; echo "$1 end ${r:--}"; }
 sg() { if is "$2" "$3"; then kill -$4 -$G 2>/dev/null || kill -$4 $2 2>/dev/null; echo "$1 sent $G $2"
   else echo "$1 gone"; fi; }
-so() { p=$2 t=$3; if [ "$p" = - ] && [ -s "$5/pid" ]; then t=-; { pf "$5" && ours "$p" "$6"; } || p=-; fi
+so() { p=$2 t=$3; if [ "$p" = - ] && [ -s "$5/pid" ]; then t=-; { pf "$5" && mine "$p" "$6"; } || p=-; fi
   if [ "$p" = - ]; then echo "$1 gone"; else sg "$1" "$p" "$t" "$4"; fi; }
 kg() { kill -KILL -$2 2>/dev/null; echo "$1 killed"; }
 lg() { f=$3; if [ ! -f "$f" ] || [ -h "$f" ]; then echo "$1 log $2 0 0"; echo; return; fi
