@@ -697,7 +697,9 @@ class Engine:
         values = dict(observed=new, updated=now)
         if outcome.pid is not None:
             values.update(pid=outcome.pid, pid_start=outcome.pid_start)
-        if outcome.info is not None:
+        if outcome.info is not None or (new == states.STOPPED and app.desired == lifecycle.TERMINATED):
+            # stopped by a terminate: its note says why it stopped now, or nothing, not what
+            # it was noted while it ran or failed (its host down), which the history keeps
             values["info"] = outcome.info
         if event in ("failed", "completed", "restart", "stopped"):
             values.update(exit_code=outcome.exit_code, exit_signal=outcome.exit_signal)
