@@ -123,8 +123,8 @@ class Views:
 
     def _app(self, conn, principal: Principal, app_id: str) -> repo.App:
         """The application ``app_id`` names: its id (with or without ``urn:uuid:``), else its
-        name as ``cddlm`` commands take it (``Service.named``). One ``principal`` may not
-        see answers as one that does not exist."""
+        name as ``cddlm`` commands take it (``Service.named``). One ``principal`` may not see
+        is answered as one that does not exist."""
         row = conn.execute(_scoped(select(*repo.APP_COLUMNS).where(
             applications.c.id == normalise_id(app_id)), principal)).first()
         if row is not None:
