@@ -140,14 +140,25 @@ def test_a_host_marked_down_fails_its_components_and_is_avoided(dc_portal):
     assert {h["name"]: h["down"] for h in svc.dynamic_info()["hosts"]}["h2"] is False
 
 
+def live_dc_portal(live_portal, folder, datacenter: dict):
+    """A live portal on ``datacenter`` (written to a file in ``folder``)."""
+    path = folder / "dc.yaml"
+    path.write_text(yaml.safe_dump(datacenter))
+    return live_portal(extra=["--datacenter", str(path)])
+
+
+def apart(folder, name: str, n: int, level: str = "host"):
+    """A descriptor file of ``n`` components no two of which may share a ``level``."""
+    path = folder / (name + ".xml")
+    path.write_bytes(etree.tostring(descriptor(n, policy='<policy type="anti-collocation" '
+                                                         'level="%s" group="all"/>' % level).body))
+    return path
+
+
 def test_host_and_audit_commands(live_portal, tmp_path):
     from tests.cli.helpers import cddlm
-    dc = tmp_path / "dc.yaml"
-    dc.write_text(yaml.safe_dump(DATACENTER))
-    lp = live_portal(extra=["--datacenter", str(dc)])
-    spread = tmp_path / "spread.xml"
-    spread.write_bytes(etree.tostring(descriptor(2, policy='<policy type="anti-collocation" '
-                                                           'level="rack" group="all"/>').body))
+    lp = live_dc_portal(live_portal, tmp_path, DATACENTER)
+    spread = apart(tmp_path, "spread", 2, "rack")
     cddlm("deploy", str(spread), "--name", "spread", portal=lp.url)
     out = cddlm("audit", "spread", portal=lp.url).stdout
     assert "anti-collocation at rack: met" in out and "rack1" in out and "rack2" in out
@@ -170,3 +181,38 @@ def test_create_hostname_is_the_default_host(dc_portal):
     with pytest.raises(Exception) as e:
         svc.create("nowhere", "h9", [], dc_portal.url)
     assert "not a host of this portal" in str(e.value)
+
+
+def test_a_refused_placement_names_the_hosts_left_out_as_down(live_portal, tmp_path):
+    """Hosts marked down (a killed host portal: unreachable) are left out of placement; a
+    deploy whose hard policies then cannot hold is refused saying which, a bounded list, since
+    that is the likely cause (the refusal named only the policy)."""
+    from cddlm.client import Portal
+    from tests.cli.helpers import cddlm
+    many = {"resources": ["cpu"], "levels": ["host"], "location": [
+        {"name": "h%d" % i, "level": "host", "agent": "local", "capacity": {"cpu": 2}}
+        for i in range(1, 10)]}
+    lp = live_dc_portal(live_portal, tmp_path, many)
+    spread = apart(tmp_path, "spread", 3)
+    cddlm("host", "down", "h2", "--reason", "unreachable since 10:00:00 UTC: cannot connect",
+          portal=lp.url)
+    portal = Portal(lp.url, failover=False)
+    for h in ("h3", "h4", "h5", "h6", "h7", "h8"):
+        portal.set_host_state(h, True, "maintenance")
+    r = cddlm("deploy", str(spread), "--name", "spread", portal=lp.url, check=False)
+    assert r.returncode == 1, r
+    assert "anti-collocation" in r.stderr, r.stderr
+    assert "hosts left out as down or unreachable: h2, h3, h4, h5, h6 and 2 more" in r.stderr, r.stderr
+    # two hosts down, seven up, eight components: both named
+    for h in ("h3", "h4", "h5", "h6", "h7"):
+        portal.set_host_state(h, False)
+    two = apart(tmp_path, "two", 8)
+    r = cddlm("deploy", str(two), "--name", "two", portal=lp.url, check=False)
+    assert r.returncode == 1 and "left out as down or unreachable: h2, h8;" in r.stderr, r.stderr
+    # with no host down, the refusal says nothing of hosts
+    portal.set_host_state("h2", False)
+    portal.set_host_state("h8", False)
+    ten = apart(tmp_path, "ten", 10)
+    r = cddlm("deploy", str(ten), "--name", "ten", portal=lp.url, check=False)
+    assert r.returncode == 1 and "anti-collocation" in r.stderr and "left out" not in r.stderr, r.stderr
+    assert "ten" not in cddlm("ls", portal=lp.url).stdout

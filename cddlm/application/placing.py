@@ -3,7 +3,8 @@
 Without a datacenter every component goes to the one local host (a ``host`` attribute must
 then name it); a descriptor's policies are still solved, over that one host. With ``--datacenter`` the portal builds a placement request from the
 descriptor's components, groups and policies plus the capacity other applications hold, and
-asks the placement engine; no placement is a ``PlacementError`` naming the conflict.
+asks the placement engine; no placement is a ``PlacementError`` naming the conflict, and the
+hosts left out as marked down (down or unreachable), the likely cause when there are any.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from cddlm.application.hosts import Hosts
 from cddlm.errors import PlacementError
 from cddlm.lang.library import placed_paths
 from cddlm.lang.model import Deployment
+
+NAMED_DOWN = 5       # hosts named in a refusal's "left out" list; the others are counted
 
 
 class Placer:
@@ -54,4 +57,17 @@ class Placer:
     def _solve(self, datacenter: dict, deployment: Deployment, used: dict[str, dict[str, float]],
                down: set[str]) -> tuple[dict[str, dict], dict | None]:
         from cddlm.application import placement_bridge
-        return placement_bridge.solve(datacenter, deployment, used, down, self.time_limit)
+        try:
+            return placement_bridge.solve(datacenter, deployment, used, down, self.time_limit)
+        except PlacementError as e:
+            left_out = sorted(h for h in down if h in self.hosts)
+            if not left_out:
+                raise
+            raise PlacementError("%s; hosts left out as down or unreachable: %s" % (
+                e.message, _some(left_out, NAMED_DOWN)), e.conflicts) from None
+
+
+def _some(names: list[str], limit: int) -> str:
+    """``h1, h2 and 3 more``: the first ``limit`` names, the others counted."""
+    shown = ", ".join(names[:limit])
+    return shown + (" and %d more" % (len(names) - limit) if len(names) > limit else "")

@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from lxml import etree
 from sqlalchemy import func, select
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 
 from cddlm import ns
@@ -154,13 +155,8 @@ class Service:
     def lookup(self, portal: str, resource_id: str | None = None,
                name: str | None = None, *, principal: Principal = LOCAL_ADMIN) -> repo.View:
         store = self.store      # indexed reads through the driver; a view gone between is bound anew
-        if resource_id:
-            app = repo.get_app(store, resource_id)
-        elif principal.admin:   # an administrator's own application of that name first
-            app = repo.app_by_name(store, name or "", principal.name) or \
-                repo.app_by_name(store, name or "")
-        else:
-            app = repo.app_by_name(store, name or "", principal.name)
+        app = repo.get_app(store, resource_id) if resource_id else \
+            self.named(store, name or "", principal)
         if app is None or not tenancy.visible(app.owner, principal):
             raise NoSuchApplication("no application %s" % (
                 ("with id %s" % resource_id) if resource_id else ("named %r" % name)))
@@ -168,6 +164,16 @@ class Service:
         if view is not None:
             return view
         return self._bind(app.id, portal)
+
+    @staticmethod
+    def named(source: Connection | Store, name: str, principal: Principal) -> repo.App | None:
+        """The application ``name`` names for ``principal`` (``repo.app_by_name``: the live one,
+        else the newest terminated): its own, or for an administrator, their own first, then
+        anyone's. None when there is none ``principal`` may see."""
+        app = repo.app_by_name(source, name, principal.name)
+        if app is None and principal.admin:
+            app = repo.app_by_name(source, name)
+        return app if app is not None and tenancy.visible(app.owner, principal) else None
 
     def _bind(self, app_id: str, portal: str) -> repo.View:
         with self.store.write() as conn:

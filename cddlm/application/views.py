@@ -122,12 +122,22 @@ class Views:
                 "states": {s: by_state.get(s, 0) for s in lifecycle.STATES}}
 
     def _app(self, conn, principal: Principal, app_id: str) -> repo.App:
-        app_id = normalise_id(app_id)
-        row = conn.execute(_scoped(select(*repo.APP_COLUMNS).where(applications.c.id == app_id),
-                                   principal)).first()
-        if row is None:
-            raise NoSuchApplication("no application with id %s" % app_id)
-        return repo.App.from_row(row)
+        """The application ``app_id`` names: its id (with or without ``urn:uuid:``), else its
+        name as ``cddlm`` commands take it (``Service.named``). One ``principal`` may not see
+        is answered as one that does not exist."""
+        row = conn.execute(_scoped(select(*repo.APP_COLUMNS).where(
+            applications.c.id == normalise_id(app_id)), principal)).first()
+        if row is not None:
+            return repo.App.from_row(row)
+        app = self.service.named(conn, (app_id or "").strip(), principal)
+        if app is None:
+            raise NoSuchApplication("no application with id or name %s" % app_id)
+        return app
+
+    def app_id(self, principal: Principal, app_id: str) -> str:
+        """The id of the application ``app_id`` names (its id or its name)."""
+        with self.store.read() as conn:
+            return self._app(conn, principal, app_id).id
 
     def application(self, principal: Principal, app_id: str) -> dict:
         """One application: its summary, deployment facts, history and components."""
@@ -328,11 +338,9 @@ class Views:
                                                      applications.c.id == components.c.app_id))
                         .where(applications.c.state != lifecycle.TERMINATED,
                                components.c.provider.is_not(None)), principal)
-        if app_id:
-            query = query.where(applications.c.id == normalise_id(app_id))
         with self.store.read() as conn:
             if app_id:
-                self._app(conn, principal, app_id)
+                query = query.where(applications.c.id == self._app(conn, principal, app_id).id)
             down = repo.down_hosts(conn)
             used = self.service._used_capacity(conn)
             placed_rows = conn.execute(query.order_by(applications.c.created, components.c.path)

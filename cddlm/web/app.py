@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, quote, urlencode
 import jinja2
 
 from cddlm import __version__
-from cddlm.application.views import LOCAL_ADMIN, Principal, Views
+from cddlm.application.views import LOCAL_ADMIN, Principal, Views, normalise_id
 from cddlm.config import Settings
 from cddlm.errors import (AuthenticationFailed, BadArgument, Busy, HostUnreachable, NoSuchApplication,
                           ResourceUnknown, StoreUnavailable)
@@ -213,7 +213,15 @@ class Dashboard:
                                                      "limit": None if size == self.settings.dashboard.page_size else size}, kw))
 
     def page_application(self, request: Request) -> Response:
-        principal, app_id = request.principal, request.args["id"]
+        principal, asked = request.principal, request.args["id"]
+        app_id = self.views.app_id(principal, asked)
+        if app_id != normalise_id(asked):
+            # named by its name (as `cddlm status NAME` takes it): the page is the id's, which
+            # stays that application's whatever later takes the name
+            query = request.environ.get("QUERY_STRING")
+            return Response("302 Found", "text/plain; charset=utf-8", b"", [
+                ("Location", request.root + "/applications/" + quote(app_id, safe=":")
+                 + ("?" + query if query else "")), ("Cache-Control", "no-store")])
         live = self._live(request, app_id)
         app = self.views.application(principal, app_id)
         chosen = request.query.get("component") or _default_component(app["components"])

@@ -105,12 +105,24 @@ def test_a_killed_host_portal_is_unreachable_within_two_leases_and_readopted_whe
     assert row.rstrip().endswith(failed["subApplicationId"]), row
     # its components keep running meanwhile (a kubelet's choice: no fencing by default)
     assert all(alive(p) for p in pids.values())
+    # a deploy that needs every host is refused, naming the host left out as the likely cause
+    spread_file = cluster.folder / "spread.xml"
+    spread_file.write_bytes(etree.tostring(spread(3)))
+    refused = cddlm("deploy", str(spread_file), "--name", "again", portal=cluster.front.url, check=False)
+    assert refused.returncode == 1 and "anti-collocation" in refused.stderr, refused.stderr
+    assert "hosts left out as down or unreachable: %s;" % victim.name in refused.stderr, refused.stderr
     app.terminate("done")
     time.sleep(1.0)
     assert app.state() != "terminated"       # the stop waits for the host portal
     victim.start()
     assert wait_until(lambda: not {h["name"]: h for h in front.hosts()}[victim.name]["down"], 20)
     assert app.wait_for("terminated", timeout=60) == "terminated"
+    # stopped now: its note no longer says its host was down (the history still does)
+    out = cddlm("status", app.id, portal=cluster.front.url).stdout
+    row = next(line for line in out.splitlines() if line.startswith(failed["path"] + " "))
+    assert " stopped " in row and "unreachable" not in row and "down" not in row, row
+    assert not next(c for c in app.components() if c["path"] == failed["path"])["info"]
+    assert "host %s is down: unreachable since " % victim.name in out.split("#  STATE", 1)[1], out
     assert wait_until(lambda: not any(alive(p) for p in pids.values()), 20)
     assert all(host_portal_client(h).applications() == [] for h in cluster.hosts)
 

@@ -211,6 +211,43 @@ def test_a_name_in_use_by_another_tenant_tells_nothing(net, victim):
     twin.destroy()
 
 
+def test_the_dashboard_takes_a_name_as_its_owner_sees_it(net, victim):
+    """``/applications/NAME`` is the page of the application ``cddlm status NAME`` shows (a
+    redirect to its id's page), and the JSON API takes the name as it takes the id; for another
+    tenant's name the answer is the unknown name's, word for word."""
+    _, app, _ = victim
+    page = wire.request(net.base + "/applications/secret?component=f", headers=auth("alice"))
+    assert page.status == 302, (page.status, page.body[:300])
+    assert page.headers["location"] == "/applications/%s?component=f" % app.id
+    page = wire.request(net.base + page.headers["location"], headers=auth("alice"))
+    assert page.status == 200 and app.id.encode() in page.body
+    one = wire.request(net.base + "/api/v1/applications/secret", headers=auth("alice"))
+    assert one.status == 200 and json.loads(one.body)["id"] == app.id
+    comps = wire.request(net.base + "/api/v1/applications/secret/components", headers=auth("alice"))
+    assert comps.status == 200 and {c["path"] for c in json.loads(comps.body)["components"]} == {"s", "f"}
+    assert json.loads(wire.request(net.base + "/api/v1/applications/secret", headers=auth("carol"))
+                      .body)["id"] == app.id
+    # bob: alice's name is a name nobody has, on the page and in the JSON
+    for path in ("/applications/", "/api/v1/applications/", "/api/v1/applications/%s/history"):
+        theirs = wire.request(net.base + (path + "secret" if path.endswith("/") else path % "secret"),
+                              headers=auth("bob"))
+        nowhere = wire.request(net.base + (path + "nothing-here" if path.endswith("/")
+                                           else path % "nothing-here"), headers=auth("bob"))
+        assert theirs.status == nowhere.status == 404, (path, theirs.status, nowhere.status)
+        assert theirs.body.replace(b"secret", b"X") == nowhere.body.replace(b"nothing-here", b"X")
+    # bob's own of that name is his, alice's stays hers
+    twin = client(net, "bob").create(name="secret")
+    try:
+        page = wire.request(net.base + "/applications/secret", headers=auth("bob"))
+        assert page.status == 302 and page.headers["location"] == "/applications/" + twin.id
+        page = wire.request(net.base + "/applications/secret", headers=auth("alice"))
+        assert page.status == 302 and page.headers["location"] == "/applications/" + app.id
+    finally:
+        twin.terminate()
+        twin.wait_for("terminated", timeout=30)
+        twin.destroy()
+
+
 def received(listener: Listener, *wanted: str) -> set[str]:
     """The applications whose creation ``listener`` hears of until it has heard of ``wanted``
     (and a moment more, for anything that should not come)."""

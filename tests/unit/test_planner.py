@@ -112,3 +112,20 @@ def test_an_application_whose_every_leaf_failed_optionally_still_runs():
     assert p.events == ["started"] and p.failure is None
     p = s.plan("instantiated", "running", tree(*rows), set())
     assert p.events[:1] == ["deployed"]
+
+
+def test_a_deploy_that_finds_its_component_started_and_the_start_that_follows():
+    """A host portal that runs its share as soon as it has it: the deploy reports a component
+    starting or running (pending -> starting/running), and one left starting with no start
+    queued gets the start that waits for it to run."""
+    assert s.component_next("pending", "starting") == "starting"
+    assert s.component_next("pending", "running") == "running"
+    assert s.component_next("pending", "completed") == "completed"
+    roots = tree(leaf("a", "running"), leaf("b", "starting", pos=1), leaf("c", "pending", pos=2))
+    p = s.plan("instantiated", "running", roots, {("c", "deploy")})
+    assert p.work == [] and p.events == []          # nothing starts before everything is deployed
+    roots = tree(leaf("a", "running"), leaf("b", "starting", pos=1), leaf("c", "deployed", pos=2))
+    p = s.plan("instantiated", "running", roots, set())
+    assert p.events == ["deployed"] and set(p.work) == {("b", "start"), ("c", "start")}
+    p = s.plan("initialized", "running", roots, {("b", "start")})    # its start under way
+    assert p.work == [("c", "start")] and p.events == []

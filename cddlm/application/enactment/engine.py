@@ -67,8 +67,10 @@ INTENT_CHECK = 0.5              # seconds between looks for a newer intent while
 SETTLE_EVERY = 2.0              # seconds: a batch's records reconcile at least this often
 TREE_NODES = 100_000            # component-tree nodes kept of applications not in use
 TREE_IN_USE = 60.0              # seconds: a tree used this recently is kept, whatever its size
-# the outcome of each action after which the plan waits for the rest of the action's items
-QUIET_OUTCOME = {"deploy": "deployed", "start": "running", "stop": "stopped"}
+# the outcomes of each action after which the plan waits for the rest of the action's items
+# (a deploy may find a component starting or running already: a host portal's early run)
+QUIET_OUTCOME = {"deploy": frozenset({"deployed", "starting", "running"}),
+                 "start": frozenset({"running"}), "stop": frozenset({"stopped"})}
 
 
 class Superseded(Exception):
@@ -635,7 +637,7 @@ class Engine:
         The records of one application are serialised by its lock, so the last one always
         reconciles."""
         quiet = QUIET_OUTCOME.get(batch.action)
-        if quiet is None or any(outcome.event != quiet for _, outcome in pairs):
+        if quiet is None or any(outcome.event not in quiet for _, outcome in pairs):
             return True
         if batch.containers is None:
             batch.containers = any(n.type in states.CONTAINERS for n in self._tree(app)[1].values())
@@ -697,7 +699,9 @@ class Engine:
         values = dict(observed=new, updated=now)
         if outcome.pid is not None:
             values.update(pid=outcome.pid, pid_start=outcome.pid_start)
-        if outcome.info is not None:
+        if outcome.info is not None or (new == states.STOPPED and app.desired == lifecycle.TERMINATED):
+            # stopped by a terminate: its note says why it stopped now, or nothing, not what
+            # it was noted while it ran or failed (its host down), which the history keeps
             values["info"] = outcome.info
         if event in ("failed", "completed", "restart", "stopped"):
             values.update(exit_code=outcome.exit_code, exit_signal=outcome.exit_signal)

@@ -71,6 +71,10 @@ CALM = 2.0              # seconds a share seen all running, its host portal noti
                         # more: a host portal's --fence-seconds counts on a ping every 2 s)
 DOWN_PREFIX = "unreachable"     # the reason the host monitor gives; only it lifts such a mark
 CONTAINERS = ("compound", "sequence", "parallel")
+# the states a deploy's look reports a component in, as its host portal gives it: a share it
+# was also asked to run is reported once it is starting there
+DEPLOYED_THERE = ("deployed", "starting", "running", "completed")
+STARTED_THERE = ("starting", "running", "completed")
 
 
 class AgentUnreachable(CddlmError):
@@ -720,17 +724,17 @@ class RemoteRunner:
         return st.components.get(path, ("", ""))
 
     def _outcome(self, row: Any, st: Status, path: str, wanted: tuple[str, ...],
-                 event: str) -> Outcome | None:
-        """``event`` when the component is in one of the ``wanted`` states; a failure (naming
-        the host, the sub-application and the remote reason) when it or the sub-application
-        failed or ended; None while it is on its way."""
+                 event: str | None) -> Outcome | None:
+        """``event`` (None: the state the host portal gives it; ``completed`` always is)
+        when the component is in one of the ``wanted`` states; a failure (naming the host, the
+        sub-application and the remote reason) when it or the sub-application failed or
+        ended; None while it is on its way."""
         ref = Ref(row.address, row.resource_id or "")
         runtime = {"subApplication": row.address, "subApplicationId": row.resource_id,
                    "hostPortal": self.host.agent}
         state, detail = self._component(st, path)
         if state in wanted:
-            return Outcome("completed" if state == "completed" and event != "deployed" else event,
-                           runtime=runtime)
+            return Outcome("completed" if state == "completed" else event or state, runtime=runtime)
         if state == "failed" or st.state == "failed" or st.state == "terminated":
             reason = detail or st.reason or st.state
             if st.state == "terminated" and state != "failed":
@@ -770,7 +774,7 @@ class RemoteRunner:
         return [(key, failed) for key, _ in members]
 
     def _outcomes(self, row: Any, st: Status, members: list[tuple[Any, str]],
-                  wanted: tuple[str, ...], event: str) -> list:
+                  wanted: tuple[str, ...], event: str | None) -> list:
         return [(key, out) for key, out in ((key, self._outcome(row, st, path, wanted, event))
                                             for key, path in members) if out is not None]
 
@@ -830,7 +834,10 @@ class RemoteRunner:
         """Deploy a batch's components of this host: each start group's share is made and sent
         whole, in one ``initialize`` (``_ensure``), then watched with one ping per round until
         each component is deployed or failed. A share needing values of components elsewhere,
-        which exist once those run, is only made now: it is sent when its group starts."""
+        which exist once those run, is only made now: it is sent when its group starts.
+        Each component is reported as its host portal says it is: a share run as soon as it
+        is sent (``_starts_with_deploy``) is reported as it starts there (starting, running),
+        not as deployed, which it is only for the moment before its host portal starts it."""
         jobs = list(jobs)
         app_id = jobs[0][1].app_id
 
@@ -846,8 +853,8 @@ class RemoteRunner:
                 row = self._ensure(app_id, members[0][1])
                 if row.asked == "initialized" and self._starts_with_deploy(app_id, shape):
                     row = self._run(row) or row
-                return self._outcomes(row, self.status(row), members,
-                                      ("deployed", "starting", "running", "completed"), "deployed")
+                return self._outcomes(row, self.status(row), members, STARTED_THERE
+                                      if row.asked == "running" else DEPLOYED_THERE, None)
             return self._guard(members, go)
         self._rounds(self._shares(jobs), look, keep_lease, report,
                      "the sub-application is still deploying")

@@ -8,6 +8,11 @@ Component desired states: ``absent`` (created, nothing asked), ``deployed``, ``r
        │                   │  └───restart───────┴──────────────────┘  (restart policy on-failure)
        └──── failed (from any live state) ─── stopping ─stopped─▶ stopped (from any state)
 
+A deploy may report a component further on than deployed (pending ─starting/running/completed─▶):
+a host portal given its share to run as soon as it has it (``remote.py``'s early run) says what
+it is doing with it. A component starting with no start queued (so reported) is started like a
+deployed one: the start waits for it to run (a runner's start adopts what already runs).
+
 ``plan`` looks at one application's components and says which work items to queue (deploy,
 start, stop) and which lifecycle events the application has reached (deployed, started,
 failed, stopped). Containers (compound, sequence, parallel) are not enacted: their state is
@@ -29,6 +34,9 @@ CONTAINERS = frozenset({"compound", "sequence", "parallel"})
 LIVE = (PENDING, DEPLOYED, STARTING, RUNNING, COMPLETED)
 TRANSITIONS: dict[tuple[str, str], str] = {
     (PENDING, "deployed"): DEPLOYED,
+    (PENDING, "starting"): STARTING,
+    (PENDING, "running"): RUNNING,
+    (PENDING, "completed"): COMPLETED,
     (DEPLOYED, "starting"): STARTING,
     (STARTING, "running"): RUNNING,
     (DEPLOYED, "running"): RUNNING,
@@ -44,6 +52,7 @@ TRANSITIONS: dict[tuple[str, str], str] = {
 STARTED_OK = frozenset({RUNNING, COMPLETED})
 DEPLOYED_OK = frozenset({DEPLOYED, STARTING, RUNNING, COMPLETED})
 DOWN = frozenset({STOPPED, PENDING})
+STARTABLE = frozenset({DEPLOYED, STARTING})     # a start is planned for these (none queued)
 
 
 def component_next(observed: str, event: str) -> str | None:
@@ -148,7 +157,7 @@ def _startable(nodes: list[Node], in_sequence: bool, out: list[Node]) -> bool:
         if n.container:
             ok = _startable(n.children, n.type == "sequence", out)
         else:
-            if n.observed == DEPLOYED:
+            if n.observed in STARTABLE:
                 out.append(n)
             ok = n.observed == COMPLETED if n.run_to_completion else n.observed in STARTED_OK
         all_ok = all_ok and ok
