@@ -513,7 +513,8 @@ def test_a_jobs_watcher_reports_its_pid_and_ports_on_its_node_and_ends_with_it(s
     once = deploy(front, application(process("once", "sh", "-c", "echo done", run_to_completion="true",
                                              host="n1")), state="terminated")
     job = job_of(jobs(slurm), once, "once")
-    assert job["job_state"] == "COMPLETED" and job["end_time"] - job["start_time"] <= 1, job
+    # (Slurm counts whole seconds, and a loaded machine runs the job script late: 2 s was seen)
+    assert job["job_state"] == "COMPLETED" and job["end_time"] - job["start_time"] <= 4, job
     assert once.logs("once")["lines"] == ["done"]
     assert not processes_of(once.id)
 
