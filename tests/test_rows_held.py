@@ -354,3 +354,34 @@ def test_a_portal_alone_sends_no_notice_until_another_listens(db_url, monkeypatc
             for store in (mine, writer, second):
                 if store is not None:
                     store.dispose()
+
+
+def test_portals_on_other_schemas_of_the_database_leave_a_portal_alone(monkeypatch):
+    """PostgreSQL's notices are per database: a portal whose store is one schema heard the pings
+    of every portal on the database's other schemas, other stores, and was never alone (so its
+    writes kept notifying, and it re-read rows for changes that were not its store's). Each is
+    alone now; a second portal on its own schema still ends that."""
+    from tests.conftest import pg_schema_url, postgres_available
+    if not postgres_available():
+        pytest.skip("no PostgreSQL answers on 127.0.0.1:5432 (database test, trust auth)")
+    from cddlm.application.store import ChangeWatcher
+    monkeypatch.setattr(ChangeWatcher, "PING", 0.1)
+    monkeypatch.setattr(ChangeWatcher, "QUIET_AFTER", 0.5)
+
+    def until(what, timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while not what() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return what()
+
+    with pg_schema_url() as one, pg_schema_url() as two:
+        stores = [make(one), make(two)]
+        try:
+            assert all(watched(s) for s in stores)
+            assert until(lambda: all(s._alone() for s in stores)), [s._alone() for s in stores]
+            stores.append(make(one))        # one's second portal: one is not alone, two still is
+            assert watched(stores[2]) and until(lambda: not stores[0]._alone())
+            assert stores[1]._alone()
+        finally:
+            for s in stores:
+                s.dispose()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import itertools
 import logging
 import os
@@ -507,7 +508,10 @@ class ChangeWatcher:
     and takes its own for lost when that notice has not come back within ``ECHO`` seconds.
 
     Those notices also tell every listener that another one listens. A portal that has heard
-    none but its own for ``QUIET_AFTER`` seconds while listening is ``alone``: its own changes
+    none but its own for ``QUIET_AFTER`` seconds while listening is ``alone``. Every portal on
+    the database hears them (LISTEN is per database), so each names its schema
+    (``ping:SCHEMA.TOKEN``, the schema as a short hash): a listener of another schema, another
+    store, is not counted (one naming none, an older portal's, is): its own changes
     need no notice (``Store.write``, migration 0008), and PostgreSQL commits the transactions
     that notify one at a time. A portal that starts listening sends its first notice at once
     and holds rows only ``HOLD_AFTER`` seconds after it came back: by then a portal that was
@@ -565,7 +569,8 @@ class ChangeWatcher:
         conn.execute("LISTEN %s" % CHANGES_CHANNEL)
         self._held.changed()            # whatever was read before listening is not held
         self._others_heard = time.monotonic()   # not alone until it has listened a while
-        token = PING_PREFIX + uuid.uuid4().hex
+        place = _schema_tag(conn.execute("SELECT current_schema()").fetchone()[0])
+        token = PING_PREFIX + place + "." + uuid.uuid4().hex
         sent, due, hold = None, time.monotonic(), None     # the first notice at once
         while not self._stopping.is_set():
             for notice in conn.notifies(timeout=self.WAIT if hold is None else 0.05):
@@ -574,7 +579,9 @@ class ChangeWatcher:
                         hold = time.monotonic() + self.HOLD_AFTER
                     sent = None
                 elif notice.payload.startswith(PING_PREFIX):    # another listener's
-                    self._others_heard = time.monotonic()
+                    theirs, dot, _ = notice.payload[len(PING_PREFIX):].partition(".")
+                    if not dot or theirs == place:      # (not of a store in another schema)
+                        self._others_heard = time.monotonic()
                 else:                                           # another writer's change
                     self._held.changed()
             now = time.monotonic()
@@ -590,6 +597,12 @@ class ChangeWatcher:
                                   {"channel": CHANGES_CHANNEL, "token": token})
                     other.commit()
                 sent, due = now, now + self.PING
+
+
+def _schema_tag(schema: str | None) -> str:
+    """A schema as a listener's notice names it: a short hash (a notice's payload is bounded,
+    a schema's name may hold a dot)."""
+    return hashlib.sha256((schema or "").encode("utf-8")).hexdigest()[:12]
 
 
 class Checkpointer:
