@@ -19,6 +19,7 @@ parser and written back as XML, never interpreted.
 
 from __future__ import annotations
 
+import copy
 import time
 
 from lxml import etree
@@ -87,8 +88,10 @@ def bounded(fault: etree._Element) -> str:
 
 
 def _clipped(el: etree._Element) -> etree._Element:
-    """A copy of ``el`` whose every text, tail and attribute value is at most ``MAX_TEXT``."""
-    el = etree.fromstring(etree.tostring(el))
+    """A copy of ``el`` (without its own tail) whose every text, tail and attribute value is
+    at most ``MAX_TEXT``."""
+    el = copy.deepcopy(el)
+    el.tail = None
     for node in el.iter():
         if node.text:
             node.text = clip(node.text)

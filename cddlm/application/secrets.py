@@ -34,7 +34,7 @@ from typing import Any, Iterable, Iterator
 
 from cddlm import ns
 from cddlm.errors import CddlmError
-from cddlm.lang.model import Deployment, canonical
+from cddlm.lang.model import Deployment
 
 
 class Hidden:
@@ -64,8 +64,7 @@ def redact(tree: Deployment, path: str, value: Any) -> Any:
     secret string standing in what is left masked."""
     if not tree.secrets:
         return of(tree).value(value)
-    path = canonical(path)
-    if tree.within_secret(path):
+    if tree.within_secret(path):        # (any spelling of the path)
         return HIDDEN
     if isinstance(value, dict):
         return {k: redact(tree, path + "/" + str(k), v) for k, v in value.items()}

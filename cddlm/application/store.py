@@ -507,13 +507,13 @@ class ChangeWatcher:
     every ``PING`` seconds the thread sends a notice of its own through another connection,
     and takes its own for lost when that notice has not come back within ``ECHO`` seconds.
 
-    Those notices also tell every listener that another one listens. A portal that has heard
-    none but its own for ``QUIET_AFTER`` seconds while listening is ``alone``. Every portal on
-    the database hears them (LISTEN is per database), so each names its schema
-    (``ping:SCHEMA.TOKEN``, the schema as a short hash): a listener of another schema, another
-    store, is not counted (one naming none, an older portal's, is): its own changes
-    need no notice (``Store.write``, migration 0008), and PostgreSQL commits the transactions
-    that notify one at a time. A portal that starts listening sends its first notice at once
+    Those notices also tell every listener that another one listens. Every portal on the
+    database hears them (LISTEN is per database), so each names its schema
+    (``ping:SCHEMA.TOKEN``, the schema as a short hash), and a listener of another schema,
+    another store, is not counted (one naming none, an older portal's, is). A portal that has
+    heard no other listener of its store for ``QUIET_AFTER`` seconds while listening is
+    ``alone``: its own changes need no notice (``Store.write``, migration 0008), and
+    PostgreSQL commits the transactions that notify one at a time. A portal that starts listening sends its first notice at once
     and holds rows only ``HOLD_AFTER`` seconds after it came back: by then a portal that was
     alone has heard it too, and its write transactions notify again."""
 

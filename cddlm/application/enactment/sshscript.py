@@ -19,9 +19,9 @@ The pid and status files are in the component's directory, where its program may
 anything: a pid is taken only as a process id (``pf``) of a process of the component
 (``mine``: at its start too, not only at re-adoption): one whose environment names it, or
 whose session's leader's does (the wrapper's ``sh``, which no program of the component
-replaces: a program that starts with an environment of its own, ``env -i``, is still its), and a status only as
-``sh``'s 0-255 (``ended``), so a program cannot have another process signalled (init's group
-is every process of the account) nor a worker fail on what it wrote.
+replaces: a program started with an environment of its own, ``env -i``, is still its). A
+status is taken only as ``sh``'s 0-255 (``ended``). So a program cannot have another process
+signalled (init's group is every process of the account), nor a worker fail on what it wrote.
 """
 
 from __future__ import annotations
