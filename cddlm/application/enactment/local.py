@@ -638,7 +638,7 @@ def log_lines(data: bytes, start: int, offset: int | None, lines: int,
     found = data.decode("utf-8", "replace").splitlines()
     if start > 0 and found:
         found = found[1:]
-    return cap_lines(found, max_bytes, lines)[0], start + len(data)
+    return (found[-lines:] if lines > 0 else []), start + len(data)
 
 
 def cap_lines(found: list[str], max_bytes: int, lines: int | None = None) -> tuple[list[str], int]:
