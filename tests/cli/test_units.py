@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from cddlm.application.enactment.local import LocalRunner, waiting
+from cddlm.application.enactment.local import LocalRunner, cap_lines, waiting
 from cddlm.cli import common, output
 from cddlm.lang.model import Lazy
 
@@ -137,3 +137,22 @@ def test_log_reader_tail_follow_and_refusals(tmp_path):
     os.mkfifo(log)
     assert runner.log_read("urn:uuid:a", "web", "stdout", lines=5) == ([], 0)   # does not block
     assert runner.log_read("urn:uuid:a", "nothing", "stderr", offset=7) == ([], 7)
+
+
+def test_log_lines_are_capped_in_lines_and_bytes():
+    found = ["one", "two", "thr\u00e9e", "four"]        # 4, 4, 7 and 5 bytes with their newlines
+    # a tail: the last lines, as many as asked and as fit
+    assert cap_lines(found, 100, 2) == (["thr\u00e9e", "four"], 12)
+    assert cap_lines(found, 100, 10) == (found, 20)
+    assert cap_lines(found, 12, 10) == (["thr\u00e9e", "four"], 12)
+    assert cap_lines(found, 11, 10) == (["four"], 5)     # a line that does not fit ends it
+    assert cap_lines(found, 4, 10) == ([], 0)            # the last line alone is too long
+    assert cap_lines(found, 100, 0) == ([], 0)
+    # after an offset: the first lines that fit, and how far into the log they reach
+    assert cap_lines(found, 100) == (found, 20)
+    assert cap_lines(found, 14) == (["one", "two"], 8)
+    assert cap_lines(found, 15) == (["one", "two", "thr\u00e9e"], 15)
+    # a first line longer than the cap comes in pieces, never cut inside a character
+    assert cap_lines(["x\u00e9\u00e9\u00e9", "y"], 4) == (["x\u00e9"], 3)
+    assert cap_lines(["\u00e9\u00e9\u00e9"], 4) == (["\u00e9\u00e9"], 4)
+    assert cap_lines([], 4) == ([], 0)

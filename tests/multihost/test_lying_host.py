@@ -5,7 +5,9 @@ callers stays bounded and true to its own records: a megabyte fault with markup 
 cut to a few kilobytes, its markup as text; an EPR where a value belongs, and a log offset no
 log has, are garbage (the host "unreachable" for that read), not relayed; what the host says
 of a component another host runs is not taken; and a failure it reports with a huge fault
-fails the application with a bounded terminationInfo.
+fails the application with a bounded terminationInfo. A host answering far more log than
+asked for is held to the front's own limits: the lines asked for, at most ``log_bytes`` of them,
+and a follow read on from where the kept lines end.
 
 Tried and found sound (no test here, or covered elsewhere): an answer of 7 MB (under
 ``--agent-max-response-bytes``) or nested 240 deep is relayed as the value; SOAP served as
@@ -15,12 +17,15 @@ text/html is read as SOAP; a redirect, an empty body, a non-numeric or 5,000-dig
 from __future__ import annotations
 
 import contextlib
+import re
+from xml.sax.saxutils import escape
 
 import requests
 from lxml import etree
 
 from cddlm import ns
 from cddlm.client import Portal, PortalFault
+from cddlm.config import DashboardLimits
 from cddlm.errors import MAX_TEXT
 from cddlm.relay import MAX_CAUSE
 from tests.engines.test_ssh import native, process
@@ -46,6 +51,30 @@ def big_fault() -> bytes:
 
 def asks(request, operation: bytes) -> bool:
     return operation in request.body
+
+
+def logs_answer(lines: list[str], offset: int) -> bytes:
+    return soap('<ext:logsResponse component="here" stream="stdout" host="h1" available="true" '
+                'offset="%d">%s</ext:logsResponse>' % (offset, "".join(
+                    "<ext:line>%s</ext:line>" % escape(line) for line in lines)))
+
+
+def generous(log: bytes):
+    """A host answering ``ext:logs`` with all of ``log`` (asked for a tail) or all of it after
+    the offset asked (which must be where a character begins; past its end: from its start, as
+    a host reads a log that was replaced), whatever the limits asked."""
+    def lie(request) -> bytes | None:
+        if not asks(request, b"logsRequest"):
+            return None
+        asked = re.search(rb":offset>(\d+)<", request.body)
+        start = int(asked.group(1)) if asked else 0
+        return logs_answer(log[start if start <= len(log) else 0:].decode().splitlines(), len(log))
+    return lie
+
+
+def size(lines: list[str]) -> int:
+    """The log's bytes they are (as the reader counts them: each with its newline)."""
+    return sum(len(line.encode()) + 1 for line in lines)
 
 
 @contextlib.contextmanager
@@ -154,3 +183,44 @@ def test_a_lying_host_portals_answers_are_bounded_and_never_taken_for_the_truth(
             len(front.content)
         app.terminate()
         assert app.wait_for("terminated", timeout=60) == "terminated"
+
+
+def test_a_host_answering_more_log_than_asked_is_held_to_the_fronts_limits(tmp_path):
+    cap = DashboardLimits.log_bytes
+    with lying_host(tmp_path) as (proxy, mh, app):
+        # 2 MB of lines for a tail of 10: the last 10, and at most `cap` bytes of a longer tail
+        tail = ["%06d %s" % (n, "t" * 94) for n in range(20_000)]
+        proxy.lie = generous(("\n".join(tail) + "\n").encode())
+        found = app.logs("here", lines=10)
+        assert found["lines"] == tail[-10:], (len(found["lines"]), found["lines"][:2])
+        r = post(app, "<ext:logsRequest><ext:component>here</ext:component><ext:lines>1000"
+                      "</ext:lines></ext:logsRequest>")
+        assert r.status_code == 200 and len(r.content) < 2 * cap, len(r.content)
+        found = app.logs("here", lines=1000)
+        assert found["lines"] == tail[-(cap // size(tail[-1:])):], len(found["lines"])
+
+        # following: each read the first lines that fit, and the next goes on where it stopped
+        # (a line longer than the cap in pieces, never cut inside a character)
+        lines = ["%05d %s" % (n, "\u00e9" * (n % 50) + "x" * (n % 97)) for n in range(3000)]
+        lines[1000] = "x" + "\u00e9" * 40_000
+        log = ("\n".join(lines) + "\n").encode()
+        proxy.lie = generous(log)
+        offset, reads = 0, 0
+        while offset < len(log):
+            found = app.logs("here", offset=offset)
+            assert found["lines"] and size(found["lines"]) <= cap + 1, (offset, len(found["lines"]))
+            assert offset < found["offset"] <= min(len(log), offset + cap)
+            assert log[offset:found["offset"]].decode().splitlines() == found["lines"], offset
+            offset, reads = found["offset"], reads + 1
+            assert reads < 200
+        assert reads >= len(log) // cap
+
+        # a host answering an offset behind the one asked read its log from the start (it
+        # was replaced, as when rotated past --max-log-bytes): relayed, and followed on from there
+        proxy.lie = lambda r: logs_answer(["new"], 4) if asks(r, b"logsRequest") else None
+        assert app.logs("here", offset=offset)["offset"] == 4
+        proxy.lie = generous(log)
+        found = app.logs("here", offset=len(log) + 10)      # from its start, cut
+        assert found["lines"] == lines[:len(found["lines"])] and found["offset"] == size(found["lines"])
+        proxy.lie = lambda r: None
+        assert app.logs("here", offset=0)["lines"] == []      # h1's own: sleep writes nothing

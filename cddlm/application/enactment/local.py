@@ -641,6 +641,28 @@ def log_lines(data: bytes, start: int, offset: int | None, lines: int,
     return (found[-lines:] if lines > 0 else []), start + len(data)
 
 
+def cap_lines(found: list[str], max_bytes: int, lines: int | None = None) -> tuple[list[str], int]:
+    """What a ``log_read`` answers of ``found``: at most ``max_bytes`` of it, each line counted
+    as its UTF-8 bytes and a newline. With ``lines`` (a tail), the last ``lines`` lines (0: none)
+    that fit; without (after an offset), the first lines that fit, a first line longer than
+    ``max_bytes`` cut to its first ``max_bytes`` (the rest is read next, as a piece of the
+    file's would be). Returns them and how many bytes of the log they are."""
+    if lines is not None:
+        found = list(reversed(found[-lines:])) if lines > 0 else []
+    kept: list[str] = []
+    size = 0
+    for line in found:
+        n = len(line.encode("utf-8", "replace")) + 1
+        if size + n > max_bytes:
+            if lines is None and not kept:
+                piece = line.encode("utf-8", "replace")[:max_bytes].decode("utf-8", "ignore")
+                return [piece], len(piece.encode("utf-8", "replace"))
+            break
+        kept.append(line)
+        size += n
+    return (kept[::-1] if lines is not None else kept), size
+
+
 def _one(run: Callable[[Report], None]) -> Outcome:
     """The outcome of a batch of one."""
     got: list[tuple[Any, Outcome]] = []

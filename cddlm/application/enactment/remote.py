@@ -43,7 +43,7 @@ from typing import Any, Callable, Iterable, Protocol
 from sqlalchemy import insert, select, update
 
 from cddlm.application import repository as repo
-from cddlm.application.enactment.local import Later, Outcome, Report, Target
+from cddlm.application.enactment.local import Later, Outcome, Report, Target, cap_lines
 from cddlm.application.fencing import DELEGATED_PREFIX
 from cddlm.application.hosts import Host
 from cddlm.application.store import Store
@@ -433,8 +433,10 @@ class RemoteRunner:
     def log_read(self, app_id: str, path: str, stream: str, *, lines: int = 0,
                  offset: int | None = None, max_bytes: int = 8192) -> tuple[list[str], int]:
         """As ``LocalRunner.log_read``, read by the host portal that runs the component (its
-        ``ext:logs``, with its offsets and its limits). Nothing yet while it has not been
-        given the component."""
+        ``ext:logs``, with its offsets) and held to this portal's limits whatever it answers:
+        at most ``lines`` lines and ``max_bytes`` of them (``cap_lines``). After ``offset``,
+        what did not fit is read next: the offset answered is where the kept lines end. Nothing
+        yet while it has not been given the component."""
         ref = self._ref_of(app_id, path)
         if ref is None:
             return [], offset or 0
@@ -443,7 +445,15 @@ class RemoteRunner:
                 ref, path, stream, (lines or None) if offset is None else None, offset))
         except Gone:
             return [], offset or 0
-        return found["lines"], found["offset"]
+        # (a line with line breaks in it is the lines it shows)
+        got = [part for line in found["lines"] if isinstance(line, str)
+               for part in line.splitlines() or [""]]
+        kept, size = cap_lines(got, max_bytes, lines if offset is None else None)
+        end = found["offset"]
+        if offset is None or kept == got:
+            return kept, end
+        # read from ``offset``, or from the start when the answer goes back (the log was replaced)
+        return kept, min(end, (offset if end >= offset else 0) + size)
 
     def observed(self, app_id: str) -> dict[str, dict]:
         """The components the host portal runs for ``app_id``, as it reports them
