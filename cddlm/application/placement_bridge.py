@@ -66,13 +66,6 @@ def datacenter_without(datacenter: dict, down: set[str]) -> dict:
     return data
 
 
-def _describe(request: dict, index: int) -> str:
-    p = request["policies"][index]
-    target = p.get("group") or " and ".join(p.get("between") or []) or ", ".join(p.get("groups") or [])
-    return "policy %d: %s%s%s" % (index, "" if p.get("hard", True) else "soft ", p["type"],
-                                  " on " + target if target else "")
-
-
 def solve(datacenter: dict, deployment: Deployment, used: dict, down: set[str],
           time_limit: float) -> tuple[dict[str, dict], dict | None]:
     """({component path: {host, provider, allocations}}, the placement's audit).
@@ -113,10 +106,10 @@ def _solve_once(data: dict, request: dict, used: dict, time_limit: float):
     result, audit = api.solve_audited(dc, req, time_limit=time_limit, used=used or None)
     answer = api.result_json(dc, req, result)
     if answer["status"] == "infeasible":
-        conflicts = [_describe(request, i) for i in answer["conflicts"]]
-        reason = answer["reason"] or "no placement satisfies the hard policies"
-        raise PlacementError("no placement: %s%s" % (
-            reason, (" (conflicting: %s)" % "; ".join(conflicts)) if conflicts else ""), conflicts)
+        # the reason names each conflicting policy by its label already: said once
+        conflicts = [req.policies[i].label for i in answer["conflicts"]]
+        raise PlacementError("no placement: %s" % (
+            answer["reason"] or "no placement satisfies the hard policies"), conflicts)
     demand = {c["name"]: c["demand"] for c in request["components"]}
     out = {path: {"host": host, "provider": answer["providers"][path],
                   "allocations": {answer["providers"][path]: dict(demand[path])} if demand[path] else {}}

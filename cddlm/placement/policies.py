@@ -62,11 +62,13 @@ class Policy:
     parts: list[list[int]] = field(default_factory=list)  # pair structure (dyadic)
     pairs: list[tuple[int, int]] = field(default_factory=list)  # expanded pairs (a < b)
     params: dict[str, Any] = field(default_factory=dict)
+    target: str = ""  # the group(s) or components it was written on, as the request names them
 
     @property
     def label(self) -> str:
-        return "policy %d (%s%s)" % (self.index, self.written,
-                                     ", %s" % self.name if self.name else "")
+        return "policy %d (%s%s%s)" % (self.index, self.written,
+                                       " on %s" % self.target if self.target else "",
+                                       ", %s" % self.name if self.name else "")
 
 
 def load_policy(index: int, raw, dc: Datacenter, groups: Groups, tenant: str | None) -> Policy:
@@ -105,7 +107,7 @@ def load_policy(index: int, raw, dc: Datacenter, groups: Groups, tenant: str | N
     name = check_name(raw["name"], where + ": name") if raw.get("name") is not None else None
     types = raw.get("types")
     types = frozenset(string_list(types, where + ": types")) if types is not None else None
-    policy = Policy(index, kind, written, hard, weight, name)
+    policy = Policy(index, kind, written, hard, weight, name, target=_target(raw))
     _LOADERS[kind](policy, raw, where, dc, groups, types, tenant)
     if kind in PAIRWISE and not policy.pairs:
         raise BadArgument("%s: expands to no pair of components (see the pair rules for "
@@ -113,6 +115,17 @@ def load_policy(index: int, raw, dc: Datacenter, groups: Groups, tenant: str | N
     if not policy.members:
         raise BadArgument("%s: applies to no component (no relevant member)" % where)
     return policy
+
+
+def _target(raw) -> str:
+    """What a policy is on, for its label: ``all``, ``web and db``, ``a, b``."""
+    for key, sep in (("group", ""), ("between", " and "), ("groups", ", ")):
+        value = raw.get(key)
+        if isinstance(value, str):
+            return value
+        if isinstance(value, list) and sep and all(isinstance(v, str) for v in value):
+            return sep.join(value)
+    return ""
 
 
 def _names(raw, key: str, where: str, groups: Groups, *, group_only: bool) -> str:

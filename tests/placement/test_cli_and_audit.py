@@ -50,7 +50,7 @@ def test_cli_reports_infeasible_with_conflicts(tmp_path):
     out = json.loads(proc.stdout)
     assert proc.returncode == 1 and out["status"] == "infeasible" and out["conflicts"] == [0]
     assert proc.stderr.count("\n") == 1 and "infeasible: " in proc.stderr
-    assert "policy 0 (anti-collocation)" in proc.stderr
+    assert "policy 0 (anti-collocation on g)" in proc.stderr
 
 
 def test_audit_shows_vertices_and_soft_violations():
@@ -67,7 +67,7 @@ def test_audit_shows_vertices_and_soft_violations():
     assert second["met"] is True and second["members"]["c"] == "h1_0"
     assert out["ok"] is True and out["violations"][0]["members"] == ["a", "b"]
     bad = api.audit_json(dc_data, req, {"a": "h0_0", "b": "h0_0", "c": "h1_0"})
-    assert bad["ok"] is False and "policy 1 (anti-collocation) is violated" in \
+    assert bad["ok"] is False and "policy 1 (anti-collocation on g) is violated" in \
         bad["hard_violations"][0]
 
 

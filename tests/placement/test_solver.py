@@ -43,7 +43,7 @@ def test_infeasible_names_the_two_conflicting_policies():
     *_, out = solve(datacenter(racks=2, hosts=2), req)
     assert out["status"] == "infeasible" and out["proven"] is True
     assert out["conflicts"] == [1, 2]
-    assert "policy 1 (collocation)" in out["reason"]
+    assert "policy 1 (collocation on g)" in out["reason"]
 
 
 def test_infeasible_from_a_monadic_policy_and_from_capacity():
@@ -108,7 +108,7 @@ def test_verifier_finds_capacity_trait_and_policy_problems():
     text = " | ".join(report.errors)
     assert "cpu 10 exceeds capacity 8" in text
     assert "component s: provider h0_0 lacks required" in text
-    assert "policy 0 (anti-collocation) is violated" in text
+    assert "policy 0 (anti-collocation on g) is violated" in text
     assert verify(dc, req, {0: h0, 1: h1, 2: h1}).ok
     assert not verify(dc, req, {0: h0, 1: h1}).ok  # s not placed
 
