@@ -7,8 +7,9 @@ The portal's machine must be a submit host: the commands on ``PATH`` (or in the 
 ``SLURM_CONF`` honoured, munge running. Nothing is installed on the nodes. (pyslurm and
 slurmrestd were tried and do not work with Debian's Slurm 22.05: ../shared/notes/engines.md.)
 
-A command that cannot be run, times out or fails is ``SlurmUnavailable`` with what it said;
-answers that are not the JSON expected are too. A snapshot of the jobs is shared (``jobs``); a
+Each command runs in a session of its own, so the terminal's signals (Ctrl-C) reach the
+portal only. A command that cannot be run, times out or fails is ``SlurmUnavailable`` with
+what it said; answers that are not the JSON expected are too. A snapshot of the jobs is shared (``jobs``); a
 job newer than the snapshot has a higher id than every job in it, so its absence means nothing.
 """
 
@@ -151,8 +152,11 @@ class Slurm:
             benign: re.Pattern | None = None) -> str:
         name = argv[0]
         try:
+            # a session of its own: a Ctrl-C at the portal's terminal (SIGINT to its whole
+            # foreground group) stops the portal, not a sinfo it is waiting for
             done = subprocess.run([self._command(name)] + argv[1:], input=stdin, env=env or self.env,
-                                  capture_output=True, text=True, timeout=self.timeout)
+                                  capture_output=True, text=True, timeout=self.timeout,
+                                  start_new_session=True)
         except subprocess.TimeoutExpired:
             raise SlurmUnavailable("%s gave no answer in %g s" % (name, self.timeout)) from None
         except OSError as e:
