@@ -78,6 +78,26 @@ def test_liveness_by_pid_and_start_time(tmp_path):
     assert sh.parse_lines(run(["lv 0 %d %s %s" % (proc.pid, start, sh.q(tmp_path))]))[0] == ["end", "143"]
 
 
+def test_a_program_that_ends_while_its_start_is_checked_started_and_ended(tmp_path):
+    """``wt`` reads a new component's pid file, sees the process alive, then reads its
+    environment; a quick program (a run-to-completion step's ``date``) can end in between.
+    That start succeeded (the liveness pass reads its status): it is no foreign pid. Here the
+    process ends exactly there: the environment check kills it before failing."""
+    for ends in (True, False):
+        proc = subprocess.Popen(["sleep", "30"])
+        try:
+            (tmp_path / "pid").write_text("%d\n" % proc.pid)
+            ours = 'ours() { %s return 1; }' % ('kill -KILL "$1"; sleep 0.3;' if ends else "")
+            got = sh.parse_lines(run([ours, "wt 0 %s %s" % (sh.q(tmp_path), sh.q("seq/s1"))]))[0]
+        finally:
+            proc.kill()
+            proc.wait()
+        if ends:
+            assert got == ["run", str(proc.pid), "-"], got
+        else:   # alive and not the component's: refused, as before
+            assert got[0] == "fail" and "not its own" in " ".join(got), got
+
+
 def test_exit_statuses_as_sh_reports_them():
     assert sh.ended("0") == ("exited with status 0", 0, None)
     assert sh.ended("3") == ("exited with status 3", 3, None)

@@ -19,8 +19,9 @@ The pid and status files are in the component's directory, where its program may
 anything: a pid is taken only as a process id (``pf``) of a process of the component
 (``mine``: at its start too, not only at re-adoption): one whose environment names it, or
 whose session's leader's does (the wrapper's ``sh``, which no program of the component
-replaces: a program started with an environment of its own, ``env -i``, is still its). A
-status is taken only as ``sh``'s 0-255 (``ended``). So a program cannot have another process
+replaces: a program started with an environment of its own, ``env -i``, is still its; one
+that ends between being seen alive and its environment being read, started and ended, as its
+status then says). A status is taken only as ``sh``'s 0-255 (``ended``). So a program cannot have another process
 signalled (init's group is every process of the account), nor a worker fail on what it wrote.
 """
 
@@ -49,6 +50,7 @@ sp() { k=$1 d=$2 c=$3; shift 3; { : > "$d/pid" && : > "$d/status"; } 2>/dev/null
 wt() { n=0; while [ ! -s "$2/pid" ]; do n=$((n+1)); [ $n -gt 500 ] && { echo "$1 fail no pid file after 5 s"; return; }
   sleep 0.01; done; pf "$2" || { echo "$1 fail its pid file holds no process id"; return; }
   if ! st "$p"; then echo "$1 run $p -"; elif mine "$p" "$3"; then echo "$1 run $p $S"
+  elif ! st "$p"; then echo "$1 run $p -"
   else echo "$1 fail its pid file names process $p, which is not its own"; fi; }
 lv() { if is "$2" "$3"; then echo "$1 up $S"; return; fi
   [ -s "$4/status" ] || sleep 0.05; r=-; [ -s "$4/status" ] && read r < "$4/status"; echo "$1 end ${r:--}"; }
