@@ -98,6 +98,19 @@ def test_a_program_that_ends_while_its_start_is_checked_started_and_ended(tmp_pa
             assert got[0] == "fail" and "not its own" in " ".join(got), got
 
 
+def test_a_pid_file_rewritten_while_it_is_read_gives_no_pid(tmp_path):
+    """A program rewriting its pid file with a long number, over and over: ``sh``'s ``read``
+    took a byte at a time, and a rewrite between two bytes left it the number's first digits,
+    a short "pid" (CI saw a component of pid 9999). Read in one piece, it is refused."""
+    d = sh.q(tmp_path)
+    got = sh.parse_lines(run([
+        "echo 4242 > %s/pid; pf %s && echo 0 took $p" % (d, d),
+        "(while :; do echo 99999999999999999999999 > %s/pid; done) & W=$!" % d,
+        "n=0; i=0; while [ $i -lt 2000 ]; do i=$((i+1)); pf %s && n=$((n+1)); done" % d,
+        "kill $W; echo 1 took $n"]))
+    assert got[0] == ["took", "4242"] and got[1] == ["took", "0"], got
+
+
 def test_exit_statuses_as_sh_reports_them():
     assert sh.ended("0") == ("exited with status 0", 0, None)
     assert sh.ended("3") == ("exited with status 3", 3, None)

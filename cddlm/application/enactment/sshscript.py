@@ -16,7 +16,9 @@ the stop signals (so they reach the program with their default action, and it ou
 a status above 128 is reported as the signal 128 less (as ``sh`` itself reports it).
 
 The pid and status files are in the component's directory, where its program may write
-anything: a pid is taken only as a process id (``pf``) of a process of the component
+anything: a pid is taken only as a process id (``pf``: the file read in one piece, since ``sh``'s
+``read`` reads a byte at a time and a file rewritten meanwhile gave it the start of a longer
+number) of a process of the component
 (``mine``: at its start too, not only at re-adoption): one whose environment names it, or
 whose session's leader's does (the wrapper's ``sh``, which no program of the component
 replaces: a program started with an environment of its own, ``env -i``, is still its; one
@@ -40,7 +42,7 @@ is() { st "$1" && { [ "$2" = - ] || [ "$S" = "$2" ]; }; }
 ours() { tr '\0' '\n' < "/proc/$1/environ" 2>/dev/null | grep -qxF "CDDLM_COMPONENT=$2"; }
 mine() { ours "$1" "$2" || { st "$1" && [ "$I" != "$1" ] && ours "$I" "$2"; }; }
 W='trap : HUP INT QUIT TERM USR1 USR2 ALRM; sh -c '\''echo $$ > "$0/pid" && exec "$@"'\'' "$0" "$@"; echo $? > "$0/status"'
-pf() { p=; read -r p < "$1/pid" 2>/dev/null; case $p in ''|*[!0-9]*|????????*) return 1;; esac; }
+pf() { p=$(head -c 16 "$1/pid" 2>/dev/null); case $p in ''|*[!0-9]*|????????*) return 1;; esac; }
 ad() { [ -s "$2/pid" ] || return 1; pf "$2" || return 1; st "$p" || return 1
   mine "$p" "$3" || return 1; echo "$1 run $p $S"; }
 sp() { k=$1 d=$2 c=$3; shift 3; { : > "$d/pid" && : > "$d/status"; } 2>/dev/null || { echo "$k fail cannot write in $d"; return; }
