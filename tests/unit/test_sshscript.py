@@ -98,6 +98,26 @@ def test_a_program_that_ends_while_its_start_is_checked_started_and_ended(tmp_pa
             assert got[0] == "fail" and "not its own" in " ".join(got), got
 
 
+def test_a_process_that_had_ended_at_its_start_is_no_process_later(tmp_path):
+    """A start that found its pid gone ("run PID -": a quick program, or a pid the program
+    wrote that was nobody's then) is recorded with ``ENDED_AT_START``: a live process that has
+    that pid later is neither taken for the component (liveness says it ended, with its
+    status) nor signalled when it is stopped."""
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        (tmp_path / "status").write_text("0\n")
+        d, never = sh.q(tmp_path), sh.q(sh.ENDED_AT_START)
+        got = sh.parse_lines(run(["lv 0 %d %s %s" % (proc.pid, never, d),
+                                  "so 1 %d %s TERM %s seq/s1" % (proc.pid, never, d),
+                                  "lv 2 %d - %s" % (proc.pid, d)]))
+        assert got[0] == ["end", "0"] and got[1] == ["gone"], got
+        assert got[2][0] == "up"        # (any start time: the process is there)
+        assert proc.poll() is None, "a stranger was signalled"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def test_a_pid_file_rewritten_while_it_is_read_gives_no_pid(tmp_path):
     """A program rewriting its pid file with a long number, over and over: ``sh``'s ``read``
     took a byte at a time, and a rewrite between two bytes left it the number's first digits,

@@ -282,7 +282,7 @@ class SshRunner:
                     t.attributes["argv"][0], self.host.name,
                     " ".join(words[1:])[:200] if words else "no answer"))))
                 continue
-            begun = words[2] if words[2] != "-" else ""
+            begun = words[2] if words[2] != "-" else sh.ENDED_AT_START
             base = dict(pid=pid, pid_start=begun, runtime={
                 "pid": pid, "host": self.host.name, "workdir": self.component_dir(t.app_id, t.path)})
             ready = t.attributes.get("readiness")

@@ -36,6 +36,10 @@ from typing import Iterable
 from cddlm.application.enactment import procsh
 
 CHUNK = 64 * 1024       # bytes of a log read in one look
+# the start time of a process that had ended when its start was checked (``wt``: "run PID -"):
+# no process has it (start times are digits), so whatever process has that pid later (reused,
+# or a pid the program wrote that was nobody's then) is never taken for it, nor signalled
+ENDED_AT_START = "ended"
 
 PRELUDE = procsh.ALIVE + procsh.LISTENING + r"""
 is() { st "$1" && { [ "$2" = - ] || [ "$S" = "$2" ]; }; }
