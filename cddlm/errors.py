@@ -39,6 +39,10 @@ zeep, OSError) are translated where they are caught and never leak upward.
 from __future__ import annotations
 
 MAX_TEXT = 4096     # characters of one text of a fault the portal answers or relays
+# digits of the longest number a caller may give (int64: a count, an offset, a list index, a
+# part of a duration); a longer one is refused unparsed (int() refuses 4,300 digits itself,
+# with an error that is no caller's fault)
+MAX_DIGITS = 18
 
 
 def clip(text: str, limit: int = MAX_TEXT) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 
-from cddlm.errors import BadArgument
+from cddlm.errors import MAX_DIGITS, BadArgument
 
 _DURATION = re.compile(r"^(-)?P(?!$)(?:(\d+)Y)?(?:(\d+)M)?(?:(\d+)D)?"
                        r"(?:T(?=\d)(?:(\d+)H)?(?:(\d+)M)?(?:(\d+(?:\.\d+)?)S)?)?$")
@@ -36,7 +36,7 @@ def parse_duration(text: str) -> float:
     if not m:
         raise BadArgument("%r is not an xsd:duration" % text[:80])
     sign, years, months, days, hours, minutes, seconds = m.groups()
-    if any(len(part or "") > 18 for part in m.groups()):
+    if any(len(part or "") > MAX_DIGITS for part in m.groups()):
         raise BadArgument("%r... is longer than any time the portal keeps" % text[:40])
     total = ((int(years or 0) * 365 + int(months or 0) * 30 + int(days or 0)) * 86400
              + int(hours or 0) * 3600 + int(minutes or 0) * 60 + float(seconds or 0))
@@ -55,11 +55,16 @@ def parse_time(text: str, now: float) -> float:
     """An xsd:dateTime, or an xsd:duration counted from ``now`` (WSN AbsoluteOrRelativeTime)."""
     text = (text or "").strip()
     if text.startswith("P") or text.startswith("-P"):
-        when = now + parse_duration(text)
-        if not 0 <= when <= LATEST:
-            raise BadArgument("%r from now is past the year 9999 (or before 1970)" % text[:80])
-        return when
+        return from_now(text, now)
     return parse_datetime(text)
+
+
+def from_now(duration: str, now: float) -> float:
+    """The time an xsd:duration after ``now`` is: one that can be written (1970 to 9999)."""
+    when = now + parse_duration(duration)
+    if not 0 <= when <= LATEST:
+        raise BadArgument("%r from now is past the year 9999 (or before 1970)" % duration[:80])
+    return when
 
 
 def parse_boolean(text: str) -> bool:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Union
 
 from cddlm.config import Limits
-from cddlm.errors import ResolutionError
+from cddlm.errors import MAX_DIGITS, ResolutionError
 
 if TYPE_CHECKING:  # pragma: no cover
     from lxml import etree
@@ -81,10 +81,6 @@ def quoted(text: str) -> str:
     return text if len(text) <= QUOTED else text[:QUOTED - 3] + "..."
 
 
-# the longest list index a key may be (a longer run of digits is no item of any list, and
-# int() refuses one of more than 4,300 digits)
-MAX_INDEX_DIGITS = 18
-
 # the kinds of ``ResolutionError`` saying a reference never will have a value (it names no
 # component, a key its value lacks, a loop), where ``unresolved-reference`` says: not yet
 NEVER = frozenset({"dangling-reference", "reference-loop"})
@@ -124,7 +120,7 @@ class RefTarget(NamedTuple):
             if isinstance(value, dict) and key in value:
                 value = value[key]
             elif isinstance(value, list) and key.isascii() and key.isdigit() \
-                    and len(key) <= MAX_INDEX_DIGITS and int(key) < len(value):
+                    and len(key) <= MAX_DIGITS and int(key) < len(value):
                 value = value[int(key)]
             else:
                 growing = runtime and (isinstance(value, list) or value == "")
@@ -297,7 +293,7 @@ class Deployment:
         index = dict(self.walk())
         for path, comp in index.items():
             for name, value in comp.attributes.items():
-                for where, ref in _references(value, path + "/" + name):
+                for where, ref in references(value, path + "/" + name):
                     try:
                         at = self.split_target(ref.target, index)
                         given = index[at.component].attributes.get(at.name)
@@ -391,7 +387,7 @@ def strings_of(v: Any) -> Iterator[str]:
             yield from strings_of(x)
 
 
-def _references(v: Value, path: str) -> Iterator[tuple[str, Lazy]]:
+def references(v: Value, path: str = "") -> Iterator[tuple[str, Lazy]]:
     """The lazy references in a value, each with the path of the value it stands for (a
     map's key after its map's path; a list's items stand for the list)."""
     if isinstance(v, Lazy):
@@ -399,10 +395,10 @@ def _references(v: Value, path: str) -> Iterator[tuple[str, Lazy]]:
             yield path, v
     elif isinstance(v, list):
         for x in v:
-            yield from _references(x, path)
+            yield from references(x, path)
     elif isinstance(v, dict):
         for k, x in v.items():
-            yield from _references(x, path + "/" + str(k))
+            yield from references(x, path + "/" + str(k))
 
 
 def has_lazy(v: Value) -> bool:

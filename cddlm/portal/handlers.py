@@ -28,7 +28,7 @@ from cddlm.portal import messages as m
 from cddlm.portal import properties as rp
 from cddlm.portal.soap import Endpoint, Operation, Request
 from cddlm.xpathsafe import XPathPool
-from cddlm.xsdtypes import format_datetime, format_duration, parse_datetime, parse_time
+from cddlm.xsdtypes import format_datetime, format_duration, from_now, parse_datetime
 
 API, RL, WSNT = ns.API, ns.WSRF_RL, ns.WSNT
 RLW = "http://docs.oasis-open.org/wsrf/rlw-2/"
@@ -519,7 +519,7 @@ def requested_time(body: etree._Element, namespace: str, at: str,
     if requested is not None:
         return (None if is_nil(requested) else parse_datetime(requested.text or "")), now
     if duration is not None:
-        return parse_time(duration.text or "", now), now
+        return from_now(duration.text or "", now), now
     raise BadArgument("the request needs %s or %s" % (at, after))
 
 

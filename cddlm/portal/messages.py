@@ -12,7 +12,7 @@ from cddlm.application.options import Option
 from cddlm.application.repository import View
 from cddlm.application.secrets import HIDDEN
 from cddlm.application.service import DescriptorInput
-from cddlm.errors import BadArgument
+from cddlm.errors import MAX_DIGITS, BadArgument
 from cddlm.xmlsafe import clean
 from cddlm.xsdtypes import format_datetime, parse_boolean
 
@@ -30,9 +30,6 @@ def child(el: etree._Element, local: str) -> etree._Element | None:
 def text(el: etree._Element, local: str) -> str | None:
     c = el.find(q(local))
     return None if c is None else (c.text or "")
-
-
-MAX_DIGITS = 18     # an integer a request may give (int64); a longer one is refused, not parsed
 
 
 def integer(value: str | None, what: str) -> int | None:

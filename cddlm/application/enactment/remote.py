@@ -51,7 +51,7 @@ from cddlm.application.tables import agents, applications, components, delegatio
 from cddlm.config import Settings
 from cddlm.errors import CddlmError, HostUnreachable, RemoteFault, ResolutionError
 from cddlm.lang import native
-from cddlm.lang.model import NEVER, Component, Deployment, Lazy, has_lazy
+from cddlm.lang.model import NEVER, Component, Deployment, Lazy, has_lazy, references
 
 log = logging.getLogger(__name__)
 
@@ -184,22 +184,12 @@ def foreign_refs(tree: Deployment, comps: list[Component], mine: set[str]) -> se
         except ResolutionError:
             return None
 
-    def visit(value: Any) -> None:
-        if isinstance(value, Lazy):
-            if value.kind == "ref" and component_of(value.target) not in mine:
-                found.add(value.target)
-        elif isinstance(value, dict):
-            for v in value.values():
-                visit(v)
-        elif isinstance(value, list):
-            for v in value:
-                visit(v)
-
     stack = list(comps)
     while stack:
         comp = stack.pop()
         for v in comp.attributes.values():
-            visit(v)
+            found.update(ref.target for _, ref in references(v)
+                         if component_of(ref.target) not in mine)
         stack.extend(comp.children)
     return found
 

@@ -55,8 +55,7 @@ sp() { k=$1 d=$2 c=$3; shift 3; { : > "$d/pid" && : > "$d/status"; } 2>/dev/null
     || echo "$k fail setsid could not start it"; }
 wt() { n=0; while [ ! -s "$2/pid" ]; do n=$((n+1)); [ $n -gt 500 ] && { echo "$1 fail no pid file after 5 s"; return; }
   sleep 0.01; done; pf "$2" || { echo "$1 fail its pid file holds no process id"; return; }
-  if ! st "$p"; then echo "$1 run $p -"; elif mine "$p" "$3"; then echo "$1 run $p $S"
-  elif ! st "$p"; then echo "$1 run $p -"
+  if st "$p" && mine "$p" "$3"; then echo "$1 run $p $S"; elif ! st "$p"; then echo "$1 run $p -"
   else echo "$1 fail its pid file names process $p, which is not its own"; fi; }
 lv() { if is "$2" "$3"; then echo "$1 up $S"; return; fi
   [ -s "$4/status" ] || sleep 0.05; r=-; [ -s "$4/status" ] && read r < "$4/status"; echo "$1 end ${r:--}"; }
