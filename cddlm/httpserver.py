@@ -35,9 +35,11 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import unquote_to_bytes
 
+from granian import _futures
 from granian._granian import SocketHolder
 from granian.constants import HTTPModes, Interfaces, SSLProtocols, TaskImpl
 from granian.http import HTTP1Settings
+from granian.server import embed as _embed
 from granian.server.embed import Server as _EmbeddedServer
 
 from cddlm.connections import Warden
@@ -45,20 +47,6 @@ from cddlm.connections import Warden
 log = logging.getLogger(__name__)
 logging.getLogger("granian").setLevel(logging.ERROR)   # "embedded server is experimental" etc.
 
-
-def _stand_in_task_belongs_to_no_loop() -> None:
-    """granian's own scheduler (``task_impl=rust``, below) registers a stand-in asyncio Task per
-    server without initialising it as a Future: ``asyncio.all_tasks()`` of any loop in the
-    process, and with it ``asyncio.run()``'s clean-up, then raises "Future object is not
-    initialized". The stand-in steps requests on the server's loop only; it is no task of any
-    loop's to list or cancel."""
-    from granian import _futures
-    stand_in = getattr(_futures, "_CBSchedulerTask", None)
-    if stand_in is not None and "get_loop" not in vars(stand_in):
-        stand_in.get_loop = lambda self: None
-
-
-_stand_in_task_belongs_to_no_loop()
 
 MiB = 1024 * 1024
 
@@ -173,6 +161,78 @@ class _Loop(asyncio.SelectorEventLoop):
         return super().call_soon(callback, *args, context=context)
 
 
+class _Scheduler(_futures._BaseCBScheduler):
+    """granian's scheduler of request coroutines (``task_impl=rust``), but starting each
+    coroutine at once on the granian thread that has the request, not on the server's loop:
+    one thread wake-up less per request, and the loop's thread has no part in a request that
+    declares its length (``Bridge``). A coroutine it runs is no asyncio task (``_no_task``):
+    ``Bridge.__call__`` calls nothing that needs one, nor anything bound to the loop's thread.
+    The first step of granian's own scheduler is ``loop.call_soon_threadsafe(run, coro)``."""
+
+    __slots__ = []
+
+    def __init__(self, loop, cb, aio_task, aio_tenter, aio_texit):
+        super().__init__()
+        run = self._run
+        self._schedule_fn = lambda watcher: run(cb(watcher))
+
+
+def _no_task(task) -> None:
+    """A request's coroutine steps on any thread: no task of the loop's is entered or left."""
+
+
+_granian_scheduler = _embed._new_cbscheduler
+
+
+def _new_scheduler(loop, cb, impl_asyncio: bool = False):
+    if type(loop) is not _Loop or impl_asyncio:
+        return _granian_scheduler(loop, cb, impl_asyncio)
+    return _Scheduler(loop, cb, None, _no_task, _no_task)
+
+
+_embed._new_cbscheduler = _new_scheduler
+
+
+class _Answered:
+    """What a request's coroutine awaits until its answer is sent; ``set`` (from any thread,
+    once the response is handed to granian, or on the loop for a 408) steps the coroutine to
+    its end on that thread, without waking the loop. The coroutine's scheduler registers its
+    waker after the coroutine yields this, on its own thread, which may be after ``set``: the
+    lock makes exactly one of the two call it."""
+
+    __slots__ = ("_asyncio_future_blocking", "_lock", "_set", "_waker")
+
+    def __init__(self):
+        self._asyncio_future_blocking = False
+        self._lock = threading.Lock()
+        self._set = False
+        self._waker = None
+
+    def __await__(self):
+        if not self._set:
+            self._asyncio_future_blocking = True
+            yield self
+
+    def add_done_callback(self, waker, context=None) -> None:   # (called by the scheduler)
+        with self._lock:
+            if not self._set:
+                self._waker = waker
+                return
+        waker(self)
+
+    def result(self) -> None:
+        return None
+
+    def set(self) -> None:
+        with self._lock:
+            if self._set:
+                return
+            self._set = True
+            waker, self._waker = self._waker, None
+        if waker is not None:
+            waker(self)
+
+
 class _Pool:
     """The worker threads that run requests, at most ``lively`` of them at once while they are
     quick: a request waits in the backlog for one of those rather than waking another thread.
@@ -276,14 +336,16 @@ class Bridge:
     """RSGI in, WSGI out: read the whole body (deadline, cap), then hand the request to a
     worker thread, which runs the WSGI application and sends its response itself.
 
-    A body of declared length is read in one piece; whoever comes first, the body (a ``_Direct``
-    callback on the thread that read it) or its deadline (``_tick`` on the loop), takes the
-    request out of ``_pending`` and answers it: the worker's job, or 408.
+    A request's coroutine starts on the granian thread that has its headers (``_Scheduler``),
+    not on the loop. A body of declared length is read in one piece; whoever comes first, the
+    body (a ``_Direct`` callback on the thread that read it) or its deadline (``_tick`` on the
+    loop), takes the request out of ``_pending`` and answers it: the worker's job, or 408. The
+    loop's thread reads only streamed (chunked) bodies and keeps the deadlines.
 
     ``gate`` (optional) decides, before a body is read, how much of it to read and whether the
     request goes on: ``gate(environ, body, resume)`` is called with the request's environ
-    (headers, no body yet) and ``body`` None as soon as the headers are in, on the server's
-    loop: it must not block. It answers None (read the body within ``max_body_bytes``, then run
+    (headers, no body yet) and ``body`` None as soon as the headers are in, on a granian
+    thread: it must not block. It answers None (read the body within ``max_body_bytes``, then run
     the application), an int N (read at most N bytes, then call the gate again, on a worker
     thread, with the body: there it answers None to run the application) or ``LATER``: it
     calls ``resume(answer)`` once, from any thread, when it has decided. What it decided it
@@ -298,7 +360,9 @@ class Bridge:
         self.base = {"wsgi.version": (1, 0), "wsgi.errors": sys.stderr, "wsgi.multithread": True,
                      "wsgi.multiprocess": False, "wsgi.run_once": False, "SCRIPT_NAME": ""}
         self._pool = _Pool(self._answer, options.threads, name)
-        self._ticking = False       # (on the loop's thread) whether ``_tick`` is due
+        self.loop: asyncio.AbstractEventLoop | None = None     # the server's (``HttpServer.start``)
+        self._ticking = False       # whether ``_tick`` is due (under ``_tick_lock``)
+        self._tick_lock = threading.Lock()
         # bodies being read, oldest first: key -> (deadline, proto, body future, done); one
         # deadline for all, so the oldest expire first. The reader's thread and the loop's
         # take a request out under the lock: exactly one of them answers it.
@@ -319,11 +383,7 @@ class Bridge:
             proto.response_bytes(400, [("content-type", "text/plain"), ("connection", "close")],
                                  b"bad Content-Length\n")
             return
-        loop = asyncio.get_running_loop()
-        request = _Request(scope, proto, loop, loop.create_future(), size)
-        if not self._ticking:
-            self._ticking = True
-            loop.call_later(self._pool.patience, self._tick, loop)
+        request = _Request(scope, proto, self.loop, _Answered(), size)
         client = scope.client
         self.active.add(client)
         try:
@@ -342,7 +402,7 @@ class Bridge:
             self.active.discard(client)
 
     def _decided(self, request: _Request, answer) -> None:
-        """(On the loop) what the gate said before the body was read."""
+        """What the gate said before the body was read."""
         if answer is LATER:
             return
         if answer is None:
@@ -352,28 +412,31 @@ class Bridge:
             self._receive(request, min(int(answer), self.options.max_body_bytes))
 
     def _resumed(self, request: _Request, answer) -> None:
-        """The gate has decided (on any thread): before the body, go on on the loop; after
-        it, to a worker."""
+        """The gate has decided (on any thread): before the body, read it; after it, to a
+        worker."""
         if request.gated:
             request.gated = False
-            self._pool.put(request)
+            self._put(request)
             return
-        try:
-            request.loop.call_soon_threadsafe(self._decided, request, answer)
-        except RuntimeError:   # the server's loop has closed
-            pass
+        self._decided(request, answer)
 
     def _receive(self, request: _Request, cap: int) -> None:
-        """Read the body within ``cap`` (on the loop), then hand the request to a worker."""
+        """Read the body within ``cap``, then hand the request to a worker."""
         size = request.size
         if size is not None and size > cap:
             # the application sees the declared length and refuses it unread
-            self._pool.put(request)
+            self._put(request)
         elif size is not None:
             self._read_whole(request)
         else:
-            # a stream (chunked): read by a task of its own, cancelled at the deadline
-            request.loop.create_task(self._read_stream(request, cap))
+            # a stream (chunked): read by a task of its own on the loop, cancelled at the deadline
+            try:
+                request.loop.call_soon_threadsafe(self._stream, request, cap)
+            except RuntimeError:   # the server's loop has closed
+                request.done.set()
+
+    def _stream(self, request: _Request, cap: int) -> None:
+        request.loop.create_task(self._read_stream(request, cap))
 
     async def _read_stream(self, request: _Request, cap: int) -> None:
         loop = request.loop
@@ -383,22 +446,23 @@ class Bridge:
             request.body = await reading
         except asyncio.CancelledError:
             self._late(request.proto)
-            request.done.set_result(None)
+            request.done.set()
             return
         except Exception:   # the client went away mid-body
-            request.done.set_result(None)
+            request.done.set()
             return
         finally:
             timer.cancel()
-        self._pool.put(request)
+        self._put(request)
 
     def _read_whole(self, request: _Request) -> None:
-        """Ask for the body (on the loop's thread); whoever wins ``_pending`` answers."""
+        """Ask for the body; whoever wins ``_pending`` answers."""
         key = id(request)
         fut = request.proto()
-        loop, done = request.loop, request.done
+        done = request.done
         with self._pending_lock:
             self._pending[key] = (time.monotonic() + self.options.body_timeout, request.proto, fut, done)
+        self._keep_time()
 
         def arrived(f) -> None:
             with self._pending_lock:
@@ -407,11 +471,28 @@ class Bridge:
             try:
                 request.body = f.result()
             except Exception:   # the client went away mid-body: nothing to answer
-                loop.call_soon_threadsafe(done.set_result, None)
+                done.set()
                 return
-            self._pool.put(request)
+            self._put(request)
 
         fut.add_done_callback(_Direct(arrived))
+
+    def _put(self, request: _Request) -> None:
+        """To a worker (any thread)."""
+        self._pool.put(request)
+        self._keep_time()
+
+    def _keep_time(self) -> None:
+        """(Any thread, after a request is pending or put) make sure ``_tick`` runs."""
+        with self._tick_lock:
+            if self._ticking:
+                return
+            self._ticking = True
+        loop = self.loop
+        try:
+            loop.call_soon_threadsafe(loop.call_later, self._pool.patience, self._tick, loop)
+        except RuntimeError:   # the server's loop has closed
+            pass
 
     def _tick(self, loop) -> None:
         """While requests are in flight (every ``patience`` seconds): answer the bodies past
@@ -424,15 +505,15 @@ class Bridge:
                 if entry[0] > now:
                     break
                 late.append(pending.pop(key))
-            more = bool(pending)
         for _, proto, fut, done in late:
             fut.cancel()
             self._late(proto)
-            done.set_result(None)
-        if self._pool.check() or more:
+            done.set()
+        with self._tick_lock:   # a request pending or put after this finds it stopped
+            busy = self._pool.check() or bool(self._pending)
+            self._ticking = busy
+        if busy:
             loop.call_later(self._pool.patience, self._tick, loop)
-        else:
-            self._ticking = False
 
     @staticmethod
     def _late(proto) -> None:
@@ -493,10 +574,7 @@ class Bridge:
             request.proto.response_bytes(*self._run(env))
         except Exception:   # the client has gone: nothing to answer
             pass
-        try:
-            request.loop.call_soon_threadsafe(request.done.set_result, None)
-        except RuntimeError:   # the server's loop has closed
-            pass
+        request.done.set()
 
     def _run(self, environ: dict) -> tuple[int, list[tuple[str, str]], bytes]:
         out: dict[str, Any] = {}
@@ -576,7 +654,7 @@ class HttpServer:
     def start(self) -> threading.Thread:
         if self._warden is not None:
             self._warden.start()
-        self._loop = _Loop()
+        self._loop = self._bridge.loop = _Loop()
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
         _running.add(self)

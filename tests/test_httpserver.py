@@ -369,3 +369,40 @@ def test_a_gate_decides_before_the_body_is_read_and_may_decide_later(server):
     assert get(s.port, "/later", b"later") == (200, b"POST /later 5 gated")
     assert ("/capped", b"hello") in seen and ("/free", b"x" * 40) not in seen
     assert ("/later", b"later") in seen
+
+
+def test_a_body_let_in_late_by_the_gate_still_has_its_deadline(server):
+    """A gate that decides later (a password being checked) lets the body be read when nothing
+    else is in flight: the server's deadline timer, stopped meanwhile, counts for that body
+    too, and a client that then stalls is answered 408 at the deadline, not never."""
+    def gate(environ, body, resume):
+        if body is None:
+            threading.Timer(0.3, resume, args=(None,)).start()    # the timer stops meanwhile
+            return httpserver.LATER
+        return None
+
+    s = server(gate=gate, body_timeout=1.0)
+    with socket.create_connection(("127.0.0.1", s.port)) as c:
+        c.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n0123")
+        c.settimeout(10)      # (bounds a failure only: the 408 comes at 1.3 s)
+        assert c.recv(1024).startswith(b"HTTP/1.1 408 ")
+    assert get(s.port, body=b"ok")[0] == 200
+
+
+def test_requests_are_answered_while_the_loop_is_held_up(server):
+    """A request of declared length starts on the granian thread that read its headers and
+    ends on the worker that answered it: the server's event loop (which reads streamed bodies
+    and keeps the deadlines) has no part in it, so a loop held up holds no such request up,
+    and the thread hand-overs of a request are two, not four."""
+    s = server()
+    held, release = threading.Event(), threading.Event()
+    s._loop.call_soon_threadsafe(lambda: (held.set(), release.wait(10)))
+    try:
+        assert held.wait(5)
+        began = time.monotonic()
+        for _ in range(20):
+            assert get(s.port, body=b"ok", timeout=5) == (200, b"POST /x 2 ")
+        assert time.monotonic() - began < 2.0
+    finally:
+        release.set()
+    assert get(s.port, body=b"ok") == (200, b"POST /x 2 ")
