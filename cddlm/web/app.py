@@ -22,7 +22,7 @@ from urllib.parse import parse_qs, quote, urlencode
 import jinja2
 
 from cddlm import __version__
-from cddlm.application.views import LOCAL_ADMIN, Found, Principal, Views, normalise_id
+from cddlm.application.views import LOCAL_ADMIN, Principal, Views, normalise_id
 from cddlm.config import Settings
 from cddlm.errors import (AuthenticationFailed, BadArgument, Busy, HostUnreachable, NoSuchApplication,
                           ResourceUnknown, StoreUnavailable)
@@ -188,14 +188,17 @@ class Dashboard:
         return picture.draw(dc, lambda app_id: request.root + "/applications/" + quote(app_id, safe=":"))
 
     # -- pages -----------------------------------------------------------------------------------
-    def _live(self, request: Request, found: Found | None = None) -> dict:
-        """The page's live endpoint and the version it is rendered at: read BEFORE the page's
-        data, so that a change that lands meanwhile moves the first poll (a version read after
-        the data could swallow that change until the periodic refresh)."""
+    def _live(self, request: Request, app_id: str | None = None, version: str | None = None) -> dict:
+        """The page's live endpoint and the version it is rendered at (``version``, else read
+        now): read BEFORE the page's data, so that a change that lands meanwhile moves the
+        first poll (a version read after the data could swallow that change until the
+        periodic refresh)."""
         url = request.root + "/api/v1/version"
-        if found:
-            url += "?app=" + quote(found.id, safe=":")
-        return {"live": url, "live_version": self.views.version(request.principal, found)}
+        if app_id:
+            url += "?app=" + quote(app_id, safe=":")
+        if version is None:
+            version = self.views.version(request.principal, app_id)
+        return {"live": url, "live_version": version}
 
     def page_applications(self, request: Request) -> Response:
         live = self._live(request)
@@ -214,7 +217,9 @@ class Dashboard:
 
     def page_application(self, request: Request) -> Response:
         principal, asked = request.principal, request.args["id"]
-        # the application is read once, here: the reads below take it from ``found``
+        # the version first (``_live``), then the application once: the reads below take it
+        # from ``found``, which is then no older than the version the page is rendered at
+        version = self.views.version(principal, asked)
         found = self.views.find(principal, asked)
         if found.id != normalise_id(asked):
             # named by its name (as `cddlm status NAME` takes it): the page is the id's, which
@@ -223,7 +228,7 @@ class Dashboard:
             return Response("302 Found", "text/plain; charset=utf-8", b"", [
                 ("Location", request.root + "/applications/" + quote(found.id, safe=":")
                  + ("?" + query if query else "")), ("Cache-Control", "no-store")])
-        live = self._live(request, found)
+        live = self._live(request, found.id, version)
         app = self.views.application(principal, found)
         chosen = request.query.get("component") or _default_component(app["components"])
         logs = None
