@@ -15,6 +15,7 @@ import contextlib
 import functools
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, ContextManager
 
 from sqlalchemy import func, or_, select
@@ -32,7 +33,7 @@ from cddlm.lang.model import Deployment
 
 PORTS_TTL = 2.0          # seconds a process's listening ports are remembered
 URN = "urn:uuid:"
-__all__ = ["LOCAL_ADMIN", "Principal", "Views", "normalise_id"]
+__all__ = ["Found", "LOCAL_ADMIN", "Principal", "Views", "normalise_id"]
 
 
 def normalise_id(app_id: str) -> str:
@@ -46,6 +47,20 @@ def _summary(row: Any) -> dict:
     return {"id": m["id"], "name": m["name"], "owner": m.get("owner"), "state": m["state"],
             "stateInfo": m["state_info"], "created": m["created"], "started": m["started"],
             "terminated": m["terminated"]}
+
+
+@dataclass(frozen=True)
+class Found:
+    """An application as one read found it for ``principal`` (``Views.find``). A page built
+    of several reads passes it on in place of the id, and they take the application from it
+    instead of reading it again; for any other principal it is looked up afresh by its id."""
+
+    principal: Principal
+    app: repo.App
+
+    @property
+    def id(self) -> str:
+        return self.app.id
 
 
 _SUMMARY_COLUMNS = [applications.c.id, applications.c.name, applications.c.state,
@@ -121,10 +136,15 @@ class Views:
         return {"total": total, "offset": offset, "limit": limit, "items": items,
                 "states": {s: by_state.get(s, 0) for s in lifecycle.STATES}}
 
-    def _app(self, conn, principal: Principal, app_id: str) -> repo.App:
+    def _app(self, conn, principal: Principal, app_id: str | Found) -> repo.App:
         """The application ``app_id`` names: its id (with or without ``urn:uuid:``), else its
         name as ``cddlm`` commands take it (``Service.named``). One ``principal`` may not see
-        is answered as one that does not exist."""
+        is answered as one that does not exist. A ``Found`` of this principal is not read
+        again."""
+        if isinstance(app_id, Found):
+            if app_id.principal == principal:
+                return app_id.app
+            app_id = app_id.id
         row = conn.execute(_scoped(select(*repo.APP_COLUMNS).where(
             applications.c.id == normalise_id(app_id)), principal)).first()
         if row is not None:
@@ -134,12 +154,13 @@ class Views:
             raise NoSuchApplication("no application with id or name %s" % app_id)
         return app
 
-    def app_id(self, principal: Principal, app_id: str) -> str:
-        """The id of the application ``app_id`` names (its id or its name)."""
+    def find(self, principal: Principal, app_id: str) -> Found:
+        """The application ``app_id`` names (its id or its name), read once, to pass on to the
+        other reads of one page in place of its id."""
         with self.store.read() as conn:
-            return self._app(conn, principal, app_id).id
+            return Found(principal, self._app(conn, principal, app_id))
 
-    def application(self, principal: Principal, app_id: str) -> dict:
+    def application(self, principal: Principal, app_id: str | Found) -> dict:
         """One application: its summary, deployment facts, history and components."""
         with self.store.read() as conn:
             app = self._app(conn, principal, app_id)
@@ -158,7 +179,7 @@ class Views:
         out["components"] = self._components(app, comps)
         return out
 
-    def audit(self, principal: Principal, app_id: str | None = None, limit: int = 100) -> list[dict]:
+    def audit(self, principal: Principal, app_id: str | Found | None = None, limit: int = 100) -> list[dict]:
         """The audit log, newest first: about one application, or every entry ``principal``
         may see (their applications and their own actions; an administrator: all)."""
         if not 1 <= limit <= self.settings.dashboard.max_page_size:
@@ -179,7 +200,7 @@ class Views:
             app = self._app(conn, principal, app_id)
             return _history(repo.get_history(conn, app.id))
 
-    def descriptor(self, principal: Principal, app_id: str) -> dict:
+    def descriptor(self, principal: Principal, app_id: str | Found) -> dict:
         with self.store.read() as conn:
             app = self._app(conn, principal, app_id)
             text = conn.execute(select(applications.c.descriptor)
@@ -188,7 +209,7 @@ class Views:
         return {"language": app.language, "digest": app.descriptor_digest,
                 "text": secrets.of(self._tree(app))(redact_descriptor(app.language, text))}
 
-    def logs(self, principal: Principal, app_id: str, path: str, lines: int | None = None) -> dict:
+    def logs(self, principal: Principal, app_id: str | Found, path: str, lines: int | None = None) -> dict:
         """The last lines of a component's stdout and stderr, read where it runs (a host
         portal's through it); a host portal that does not answer leaves them empty, with
         ``available`` false and ``reason`` naming the host."""
@@ -204,7 +225,7 @@ class Views:
             out[stream] = found["lines"]
         return out
 
-    def log(self, principal: Principal, app_id: str, path: str, stream: str, *,
+    def log(self, principal: Principal, app_id: str | Found, path: str, stream: str, *,
             lines: int | None = None, offset: int | None = None) -> dict:
         """One of a component's logs, read by the runner of its host: the last ``lines``
         lines, or (``offset``) the lines written after that byte, at most ``log_bytes`` of
@@ -325,7 +346,7 @@ class Views:
         return ports
 
     # -- the datacenter ----------------------------------------------------------------------
-    def datacenter(self, principal: Principal, app_id: str | None = None) -> dict:
+    def datacenter(self, principal: Principal, app_id: str | Found | None = None) -> dict:
         """The location tree with, on each node, its capacity and what is used of it, whether
         it is down, and the visible components placed on it (of applications not terminated)."""
         lim = self.settings.dashboard
@@ -444,7 +465,7 @@ class Views:
                                       .order_by(engines.c.started))]
 
     # -- change detection --------------------------------------------------------------------
-    def version(self, principal: Principal, app_id: str | None = None) -> str:
+    def version(self, principal: Principal, app_id: str | Found | None = None) -> str:
         """A token that changes whenever what a page shows may have changed: of one
         application (its state and its components), or of every visible application (their
         states, creations and removals, and hosts marked; a component's own changes show on

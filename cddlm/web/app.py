@@ -188,14 +188,17 @@ class Dashboard:
         return picture.draw(dc, lambda app_id: request.root + "/applications/" + quote(app_id, safe=":"))
 
     # -- pages -----------------------------------------------------------------------------------
-    def _live(self, request: Request, app_id: str | None = None) -> dict:
-        """The page's live endpoint and the version it is rendered at: read BEFORE the page's
-        data, so that a change that lands meanwhile moves the first poll (a version read after
-        the data could swallow that change until the periodic refresh)."""
+    def _live(self, request: Request, app_id: str | None = None, version: str | None = None) -> dict:
+        """The page's live endpoint and the version it is rendered at (``version``, else read
+        now): read BEFORE the page's data, so that a change that lands meanwhile moves the
+        first poll (a version read after the data could swallow that change until the
+        periodic refresh)."""
         url = request.root + "/api/v1/version"
         if app_id:
             url += "?app=" + quote(app_id, safe=":")
-        return {"live": url, "live_version": self.views.version(request.principal, app_id)}
+        if version is None:
+            version = self.views.version(request.principal, app_id)
+        return {"live": url, "live_version": version}
 
     def page_applications(self, request: Request) -> Response:
         live = self._live(request)
@@ -214,26 +217,29 @@ class Dashboard:
 
     def page_application(self, request: Request) -> Response:
         principal, asked = request.principal, request.args["id"]
-        app_id = self.views.app_id(principal, asked)
-        if app_id != normalise_id(asked):
+        # the version first (``_live``), then the application once: the reads below take it
+        # from ``found``, which is then no older than the version the page is rendered at
+        version = self.views.version(principal, asked)
+        found = self.views.find(principal, asked)
+        if found.id != normalise_id(asked):
             # named by its name (as `cddlm status NAME` takes it): the page is the id's, which
             # stays that application's whatever later takes the name
             query = request.environ.get("QUERY_STRING")
             return Response("302 Found", "text/plain; charset=utf-8", b"", [
-                ("Location", request.root + "/applications/" + quote(app_id, safe=":")
+                ("Location", request.root + "/applications/" + quote(found.id, safe=":")
                  + ("?" + query if query else "")), ("Cache-Control", "no-store")])
-        live = self._live(request, app_id)
-        app = self.views.application(principal, app_id)
+        live = self._live(request, found.id, version)
+        app = self.views.application(principal, found)
         chosen = request.query.get("component") or _default_component(app["components"])
         logs = None
         if chosen:
-            logs = self.views.logs(principal, app["id"], chosen)
-        descriptor = self.views.descriptor(principal, app["id"])
+            logs = self.views.logs(principal, found, chosen)
+        descriptor = self.views.descriptor(principal, found)
         text = descriptor["text"] or ""
         limit = self.settings.dashboard.descriptor_chars
         tokens = highlight.highlight(descriptor["language"], text[:limit])
-        dc = self.views.datacenter(principal, app["id"])
-        audit_log = self.views.audit(principal, app["id"], 50)
+        dc = self.views.datacenter(principal, found)
+        audit_log = self.views.audit(principal, found, 50)
         return self._page("application.html", request, title=app["name"] or app["id"], app=app,
                           logs=logs, chosen=chosen, tokens=tokens, cut=len(text) > limit, audit_log=audit_log,
                           descriptor_length=len(text), pic=self._picture(request, dc), dc=dc,

@@ -15,7 +15,9 @@ import yaml
 
 from cddlm import ns, xmlsafe
 from cddlm.application.service import DescriptorInput
-from cddlm.application.views import Principal
+from cddlm.application import repository as repo
+from cddlm.application.views import LOCAL_ADMIN, Principal
+from cddlm.errors import NoSuchApplication
 from tests.conftest import WsgiClient, _terminate_all, make_portal
 from tests.web.scenario import DATACENTER, HOSTILE_NAME, HOSTILE_STDERR, SHOP
 
@@ -139,6 +141,35 @@ def test_unknown_applications_are_404_in_json_and_html(client):
     assert "no application" in get(client, "/applications/" + missing, status=404)
     assert "no such page" in get(client, "/api/v1/nothing", status=404)["error"]
     assert get(client, "/static/../config.py", status=404)
+
+
+def test_the_page_of_one_application_reads_the_application_twice(portal, client, monkeypatch):
+    """The page reads its version first (a change landing while it is built moves the first
+    poll), then finds the application by its id or name with one read and builds itself from
+    what that read found: its components, logs, descriptor, datacenter and audit do not read
+    it again (they did: 8 reads a page). What one principal found is read afresh (and
+    refused) for another."""
+    app = deploy_shop(portal)
+    me, read = threading.get_ident(), []
+    made = repo.App.__init__
+
+    def counting(self, mapping, *args, **kwargs):     # every application row read becomes one
+        if threading.get_ident() == me:               # not the portal's own threads meanwhile
+            read.append(mapping["id"])
+        made(self, mapping, *args, **kwargs)
+
+    monkeypatch.setattr(repo.App, "__init__", counting)
+    html = get(client, "/applications/" + app.id, "component=site/worker")
+    assert read == [app.id, app.id]
+    assert "worker started" in html and "&lt;component" in html and "h3-numa" in html
+    read.clear()
+    code, headers, _ = client.request("GET", "/applications/shop")
+    assert code == 302 and headers["Location"] == "/applications/" + app.id and read == [app.id, app.id]
+    found = portal.views.find(LOCAL_ADMIN, app.id)
+    with pytest.raises(NoSuchApplication):
+        portal.views.application(Principal("bob"), found)
+    with pytest.raises(NoSuchApplication):
+        portal.views.version(Principal("bob"), found)
 
 
 def test_datacenter_hosts_and_peers(portal, client):
