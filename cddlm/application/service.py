@@ -577,8 +577,13 @@ class Service:
         return len(due)
 
     def ping(self, app_id: str) -> Ping:
+        before = self.get(app_id).state
         health = self.engine.check_app(app_id) if self.engine is not None else []
         app = self.get(app_id)
+        if app.state != before and self.engine is not None:
+            # it moved while its components were looked at (a terminate ending, a failure
+            # found): look again, so that the health answered is no older than the state
+            health = self.engine.check_app(app_id)
         if fencing.delegated(app.client_token):
             self.front_pinged = self.clock()
         if self.settings.fence_seconds and fencing.delegated(app.client_token):
