@@ -323,10 +323,10 @@ LATER = "later"     # a gate's answer: it calls ``resume`` once it has decided
 class _Request:
     """One request on its way through the bridge."""
 
-    __slots__ = ("scope", "proto", "loop", "done", "size", "env", "body", "gated")
+    __slots__ = ("scope", "proto", "done", "size", "env", "body", "gated")
 
-    def __init__(self, scope, proto, loop, done, size: int | None):
-        self.scope, self.proto, self.loop, self.done, self.size = scope, proto, loop, done, size
+    def __init__(self, scope, proto, done, size: int | None):
+        self.scope, self.proto, self.done, self.size = scope, proto, done, size
         self.env: dict | None = None      # built before the body is read when there is a gate
         self.body = b""
         self.gated = False                # the gate asked to see the body before the application
@@ -383,7 +383,7 @@ class Bridge:
             proto.response_bytes(400, [("content-type", "text/plain"), ("connection", "close")],
                                  b"bad Content-Length\n")
             return
-        request = _Request(scope, proto, self.loop, _Answered(), size)
+        request = _Request(scope, proto, _Answered(), size)
         client = scope.client
         self.active.add(client)
         try:
@@ -431,15 +431,15 @@ class Bridge:
         else:
             # a stream (chunked): read by a task of its own on the loop, cancelled at the deadline
             try:
-                request.loop.call_soon_threadsafe(self._stream, request, cap)
+                self.loop.call_soon_threadsafe(self._stream, request, cap)
             except RuntimeError:   # the server's loop has closed
                 request.done.set()
 
     def _stream(self, request: _Request, cap: int) -> None:
-        request.loop.create_task(self._read_stream(request, cap))
+        self.loop.create_task(self._read_stream(request, cap))
 
     async def _read_stream(self, request: _Request, cap: int) -> None:
-        loop = request.loop
+        loop = self.loop
         reading = loop.create_task(self._read(request.proto, cap))
         timer = loop.call_later(self.options.body_timeout, reading.cancel)
         try:

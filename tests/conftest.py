@@ -261,6 +261,14 @@ def make_portal(tmp_path: Path, **settings):
     return portal
 
 
+def wait_state(portal, app_id: str, state: str, timeout: float = 20.0) -> None:
+    """Until the in-process ``portal``'s application ``app_id`` is ``state``."""
+    deadline = time.monotonic() + timeout
+    while portal.service.get(app_id).state != state:
+        assert time.monotonic() < deadline, portal.service.get(app_id).state
+        time.sleep(0.02)
+
+
 @pytest.fixture
 def portal(tmp_path):
     p = make_portal(tmp_path)

@@ -4,25 +4,17 @@ health beside it)."""
 
 from __future__ import annotations
 
-import time
-
 from lxml import etree
 
 from cddlm import ns
 from cddlm.application.service import DescriptorInput
+from tests.conftest import wait_state
 
 SLEEPERS = (b'<application xmlns="urn:cddlm:lang:components:1">'
             b'<component name="a" type="process"><attribute name="argv"><item>sleep</item>'
             b'<item>300</item></attribute></component>'
             b'<component name="b" type="process"><attribute name="argv"><item>sleep</item>'
             b'<item>300</item></attribute></component></application>')
-
-
-def wait_state(portal, app_id: str, state: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while portal.service.get(app_id).state != state:
-        assert time.monotonic() < deadline, portal.service.get(app_id).state
-        time.sleep(0.02)
 
 
 def test_a_ping_that_meets_a_terminate_answers_the_health_of_the_state_it_answers(portal, monkeypatch):

@@ -18,7 +18,7 @@ from cddlm.application.service import DescriptorInput
 from cddlm.application import repository as repo
 from cddlm.application.views import LOCAL_ADMIN, Principal
 from cddlm.errors import NoSuchApplication
-from tests.conftest import WsgiClient, _terminate_all, make_portal
+from tests.conftest import WsgiClient, _terminate_all, make_portal, wait_state
 from tests.web.scenario import DATACENTER, HOSTILE_NAME, HOSTILE_STDERR, SHOP
 
 
@@ -43,13 +43,6 @@ def get(client, path, query="", headers=None, status=200):
     if hdrs.get("Content-Type", "").startswith("application/json"):
         return json.loads(body)
     return body.decode()
-
-
-def wait_state(portal, app_id, state, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while portal.service.get(app_id).state != state:
-        assert time.monotonic() < deadline, portal.service.get(app_id).state
-        time.sleep(0.05)
 
 
 def deploy_shop(portal, name="shop"):
